@@ -1,0 +1,97 @@
+"""Parameter constraints, array checks and random-state handling, in one place.
+
+Every public entry point validates its input here so that bad input fails early
+with a message that says what to do, instead of producing NaN downstream.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "check_rng",
+    "check_array_2d",
+    "check_positive",
+    "check_probability",
+    "check_int",
+]
+
+
+def check_rng(random_state) -> np.random.Generator:
+    """Return a :class:`numpy.random.Generator` from a seed, a Generator or ``None``.
+
+    A legacy :class:`numpy.random.RandomState` is converted by drawing a seed from
+    it, so scikit-learn style ``random_state`` arguments are accepted everywhere.
+    """
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.SeedSequence):
+        return np.random.default_rng(random_state)
+    raise ValueError(
+        f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}."
+    )
+
+
+def check_array_2d(X, *, name: str = "X", allow_nan: bool = False, min_rows: int = 1) -> np.ndarray:
+    """Return ``X`` as a C-contiguous float64 array of shape (n_rows, n_features).
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 2-D, has fewer than ``min_rows`` rows, no columns, or holds
+        inf (always) or NaN (unless ``allow_nan``).
+    """
+    try:
+        arr = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric; could not convert to float64: {exc}") from exc
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D of shape (n_samples, n_features); got {arr.ndim}-D "
+            f"shape {arr.shape}. Reshape 1-D data with x.reshape(-1, 1)."
+        )
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has 0 features; at least one column is required.")
+    if arr.shape[0] < min_rows:
+        raise ValueError(f"{name} has {arr.shape[0]} rows; at least {min_rows} are required.")
+    if np.isinf(arr).any():
+        raise ValueError(f"{name} contains inf; remove or clip infinite values.")
+    if not allow_nan and np.isnan(arr).any():
+        raise ValueError(
+            f"{name} contains NaN; this model does not accept missing values "
+            "(use FederatedImputer or a missing-value model)."
+        )
+    return arr
+
+
+def check_positive(value, name: str, *, strict: bool = True) -> float:
+    """Return ``value`` as a float, checking it is finite and > 0 (or >= 0)."""
+    if not isinstance(value, (numbers.Real, np.floating, np.integer)) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a real number; got {value!r}.")
+    v = float(value)
+    if not np.isfinite(v) or (v <= 0 if strict else v < 0):
+        bound = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
+    return v
+
+
+def check_probability(value, name: str) -> float:
+    """Return ``value`` as a float in (0, 1]."""
+    v = check_positive(value, name)
+    if v > 1.0:
+        raise ValueError(f"{name} must lie in (0, 1]; got {value!r}.")
+    return v
+
+
+def check_int(value, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)

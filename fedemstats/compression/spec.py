@@ -1,0 +1,54 @@
+"""Parse compressor specs such as ``"dither:s=4,r=inf"`` (SPEC §7)."""
+from __future__ import annotations
+
+from .base import Compressor, Identity
+
+__all__ = ["make_compressor", "REGISTRY"]
+
+#: spec name -> compressor class; classes take the spec's key=value pairs as kwargs
+REGISTRY = {"identity": Identity}
+
+
+def _parse_value(text: str):
+    low = text.strip().lower()
+    if low in ("inf", "infinity"):
+        return float("inf")
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(low)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def make_compressor(spec) -> Compressor:
+    """Build a compressor from a spec string, ``None`` (identity) or an instance.
+
+    Examples: ``"identity"``, ``"dither:s=4"``, ``"dither:s=4,r=inf"``,
+    ``"blockp:p=2"``, ``"randk:k=10"``.
+    """
+    if isinstance(spec, Compressor):
+        return spec
+    if spec is None:
+        return Identity()
+    if not isinstance(spec, str):
+        raise ValueError(f"compressor must be a spec string or a Compressor; got {spec!r}.")
+    name, _, args = spec.partition(":")
+    name = name.strip().lower()
+    if name not in REGISTRY:
+        raise ValueError(
+            f"unknown compressor {name!r} in spec {spec!r}; choose one of {sorted(REGISTRY)} "
+            "(e.g. 'dither:s=4', 'blockp:p=2', 'randk:k=10')."
+        )
+    kwargs = {}
+    for item in filter(None, (a.strip() for a in args.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"compressor argument {item!r} in {spec!r} must be key=value.")
+        kwargs[key.strip()] = _parse_value(value)
+    try:
+        return REGISTRY[name](**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"bad arguments for compressor {name!r} in {spec!r}: {exc}") from exc
