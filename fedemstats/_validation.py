@@ -15,6 +15,7 @@ __all__ = [
     "check_positive",
     "check_probability",
     "check_int",
+    "client_round_rng",
 ]
 
 
@@ -95,3 +96,14 @@ def check_int(value, name: str, *, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
     return int(value)
+
+
+def client_round_rng(entropy: int, round_: int, client: int) -> np.random.Generator:
+    """The random stream of client ``client`` in round ``round_``.
+
+    Derived from a public ``entropy`` with :class:`numpy.random.SeedSequence`
+    spawn keys, so a client can reproduce it alone (e.g. a Flower node given the
+    run's entropy): in-process runs and framework runs then draw the same
+    quantisation noise, and clients need no persistent random state.
+    """
+    return np.random.default_rng(np.random.SeedSequence(int(entropy), spawn_key=(int(round_), int(client))))

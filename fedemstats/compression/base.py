@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS
 
-__all__ = ["Message", "Compressor", "Identity"]
+__all__ = ["Message", "Compressor", "Identity", "uniform_rows"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,24 @@ class Compressor:
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({params})"
+
+
+def uniform_rows(rng, n_rows: int, width: int) -> np.ndarray:
+    """U[0, 1) draws of shape (n_rows, width).
+
+    ``rng`` is one Generator, or a sequence of ``n_rows`` Generators (one per row):
+    then row j comes from ``rng[j]`` alone, so a client can reproduce its own
+    quantisation noise without the other clients (in-process == Flower runs).
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng.random((n_rows, width))
+    rngs = list(rng)
+    if len(rngs) != n_rows:
+        raise ValueError(f"got {len(rngs)} generators for {n_rows} rows; pass one per row.")
+    out = np.empty((n_rows, width))
+    for j, g in enumerate(rngs):
+        g.random(width, out=out[j])
+    return out
 
 
 def _as_rows(x) -> np.ndarray:
