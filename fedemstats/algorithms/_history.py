@@ -7,7 +7,8 @@ import pandas as pd
 __all__ = ["History", "HISTORY_COLUMNS"]
 
 #: column order of ``history_`` (SPEC §7)
-HISTORY_COLUMNS = ("round", "loglik", "h_norm2", "uplink_bits", "downlink_bits", "n_active", "step_size")
+HISTORY_COLUMNS = ("round", "loglik", "h_norm2", "uplink_bits", "downlink_bits", "n_active", "step_size",
+                   "n_cond_exp")
 
 
 class History:
@@ -17,6 +18,10 @@ class History:
     started from, θ_{k-1} = T(Ŝ_{k-1}) (as scikit-learn's lower bound is computed
     in the E-step); under partial participation it is the Horvitz-Thompson estimate
     over the active clients. ``h_norm2`` is ||h(Ŝ_k)||² after the round.
+    ``n_cond_exp`` is the number of per-row conditional expectations s̄_ij(θ) the
+    round computed (the cost unit K_CE of paper 003, Theorems 1 and 3); its running
+    sum divided by the number of rows counts epochs. Diagnostic passes (``h_norm2``)
+    are not counted.
     """
 
     def __init__(self):

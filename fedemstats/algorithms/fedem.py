@@ -139,19 +139,25 @@ class FedEM:
         s_hat = federation.weights @ stats
         uplink = n * (q + 1) * FLOAT64_BITS
         downlink = n * model.n_parameters(theta0) * FLOAT64_BITS
+        n_cond_exp = federation.n_rows
+        extra = {}
         if self.v_init == "mean-field":
-            stats1, _ = model.client_stats(federation, model.t_map(s_hat))
+            stats1, loglik1 = model.client_stats(federation, model.t_map(s_hat))
             v_clients = stats1 - s_hat[None, :]
+            # kept for VR-FedEM, whose workers start from these exact local means (Algorithm 2, line 3)
+            extra = {"mean_field_stats": stats1, "mean_field_loglik": float(federation.weights @ loglik1)}
             uplink += n * q * FLOAT64_BITS
             downlink += n * q * FLOAT64_BITS
+            n_cond_exp += federation.n_rows
         else:
             v_clients = np.zeros((n, q))
         state = AlgorithmState(s_hat=s_hat, v=federation.weights @ v_clients, v_clients=v_clients,
-                               entropy=int(rng.integers(_ENTROPY_BOUND)))
+                               entropy=int(rng.integers(_ENTROPY_BOUND)), extra=extra)
         ledger.record(0, uplink, downlink, n)
         history.append(round=0, loglik=float(federation.weights @ loglik), uplink_bits=uplink,
                        downlink_bits=downlink, n_active=n, step_size=np.nan,
-                       h_norm2=self._h_norm2(federation, s_hat) if self.track_h else np.nan)
+                       h_norm2=self._h_norm2(federation, s_hat) if self.track_h else np.nan,
+                       n_cond_exp=n_cond_exp)
         return state
 
     # ------------------------------------------------------------------ one round
@@ -178,8 +184,14 @@ class FedEM:
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, loglik=ll, uplink_bits=uplink, downlink_bits=downlink,
                        n_active=int(active.size), step_size=gamma,
-                       h_norm2=self._h_norm2(federation, state.s_hat) if self.track_h else np.nan)
+                       h_norm2=self._h_norm2(federation, state.s_hat) if self.track_h else np.nan,
+                       n_cond_exp=self._n_rows_used(federation, active))
         return state
+
+    def _n_rows_used(self, federation, active) -> int:
+        """Rows whose conditional expectation the round computed (min(b, m_i) per client)."""
+        sizes = federation.sizes[active]
+        return int(sizes.sum() if self.batch_size is None else np.minimum(sizes, self.batch_size).sum())
 
     def _h_norm2(self, federation, s_hat) -> float:
         h = self.model.mean_stats(federation, self.model.t_map(s_hat)) - s_hat

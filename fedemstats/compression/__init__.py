@@ -1,5 +1,12 @@
 """Unbiased compressors with exact bit accounting (SPEC §6)."""
+from ._bits import message_from_record, message_to_record
 from .base import Compressor, Identity, Message
-from .spec import make_compressor
+from .block_p import BlockP
+from .dithering import RandomDithering
+from .sparsify import RandK
+from .spec import REGISTRY, make_compressor
 
-__all__ = ["Compressor", "Identity", "Message", "make_compressor"]
+__all__ = [
+    "Compressor", "Identity", "Message", "RandomDithering", "BlockP", "RandK",
+    "make_compressor", "REGISTRY", "message_to_record", "message_from_record",
+]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS
 
-__all__ = ["Message", "Compressor", "Identity", "uniform_rows"]
+__all__ = ["Message", "Compressor", "Identity", "uniform_rows", "seed_rows"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ class Compressor:
         Parameters
         ----------
         x : ndarray of shape (n_rows, q) or (q,)
-        rng : numpy.random.Generator
+        rng : numpy.random.Generator or sequence of Generators
+            One Generator, or one per row (each client's own stream).
         blocks : ndarray of int of shape (n_blocks + 1,), optional
             Block boundaries of the statistic layout (used by per-block variants).
 
@@ -97,6 +98,10 @@ class Compressor:
         """Serialise each row's message to ``bytes`` of length ``ceil(row_bits / 8)``."""
         raise NotImplementedError
 
+    def decode(self, payloads, q: int, blocks=None) -> Message:
+        """Inverse of :meth:`encode`: rebuild the message from per-row bytes."""
+        raise NotImplementedError
+
     def __call__(self, x, rng, blocks=None) -> np.ndarray:
         """Compress then decompress: a draw of Q(x), shape like ``x``."""
         x = np.asarray(x, dtype=np.float64)
@@ -124,6 +129,16 @@ def uniform_rows(rng, n_rows: int, width: int) -> np.ndarray:
     for j, g in enumerate(rngs):
         g.random(width, out=out[j])
     return out
+
+
+def seed_rows(rng, n_rows: int, high: int) -> np.ndarray:
+    """One uint64 seed in [0, high) per row, from one Generator or one Generator per row."""
+    if isinstance(rng, np.random.Generator):
+        return rng.integers(0, high, size=n_rows, dtype=np.uint64)
+    rngs = list(rng)
+    if len(rngs) != n_rows:
+        raise ValueError(f"got {len(rngs)} generators for {n_rows} rows; pass one per row.")
+    return np.array([g.integers(0, high, dtype=np.uint64) for g in rngs], dtype=np.uint64)
 
 
 def _as_rows(x) -> np.ndarray:
@@ -170,3 +185,7 @@ class Identity(Compressor):
 
     def encode(self, message):
         return [row.tobytes() for row in message.arrays["values"]]
+
+    def decode(self, payloads, q, blocks=None):
+        values = np.vstack([np.frombuffer(p, dtype=self.dtype, count=q) for p in payloads])
+        return Message(self.name, values.shape[0], q, {"values": values})

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from .base import Compressor, Identity
+from .block_p import BlockP
+from .dithering import RandomDithering
+from .sparsify import RandK
 
 __all__ = ["make_compressor", "REGISTRY"]
 
 #: spec name -> compressor class; classes take the spec's key=value pairs as kwargs
-REGISTRY = {"identity": Identity}
+REGISTRY = {"identity": Identity, "dither": RandomDithering, "blockp": BlockP, "randk": RandK}
 
 
 def _parse_value(text: str):

@@ -76,6 +76,9 @@ class FederatedEMMixin:
             if groups is not None:
                 raise ValueError("pass either a list of per-client arrays or groups=, not both.")
             sizes = [np.shape(a)[0] for a in X]
+            empty = [i for i, m in enumerate(sizes) if m == 0]
+            if empty:
+                raise ValueError(f"client(s) {empty[:10]} have no rows; every client needs at least one row.")
             groups = np.repeat(np.arange(len(X)), sizes)
             X = np.vstack([np.asarray(a, dtype=np.float64) for a in X])
         ensure = "allow-nan" if self._allow_nan else True

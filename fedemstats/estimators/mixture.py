@@ -6,7 +6,7 @@ from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
-from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp, make_params, sample
+from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp, make_params
 from ..models.gmm_init import global_moments, init_params
 from ._base import FederatedEMMixin
 
@@ -224,11 +224,13 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         """Draw ``(X (n_samples, n_features), labels (n_samples,))`` from the fitted mixture."""
         check_is_fitted(self, "theta_")
         check_int(n_samples, "n_samples")
-        return sample(self.theta_, n_samples, check_rng(self.random_state))
+        return self._model().sample(self.theta_, n_samples, check_rng(self.random_state))
+
+    def _model(self):
+        return GaussianMixtureModel(self.n_components, self.n_features_in_, self.covariance_type, self.reg_covar)
 
     def _n_parameters(self):
-        return GaussianMixtureModel(self.n_components, self.n_features_in_, self.covariance_type,
-                                    self.reg_covar).n_parameters(self.theta_)
+        return self._model().n_parameters(self.theta_)
 
     def bic(self, X):
         """Bayesian information criterion on ``X`` (lower is better)."""

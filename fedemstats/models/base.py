@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..federation import Federation
 from ..layout import StatLayout
 
 __all__ = ["Model"]
@@ -80,6 +81,32 @@ class Model:
     def n_parameters(self, theta) -> int:
         """Number of free parameters (for BIC / AIC)."""
         raise NotImplementedError
+
+    def segment_stats(self, X, seg, theta):
+        """Segment-mean conditional expected statistics of given rows.
+
+        Used when several parameter values must be evaluated on the *same* rows,
+        e.g. the control variate of VR-FedEM (paper 003, Algorithm 2, line 8), whose
+        mini-batch comes from one ``federation.select(clients, batch, rng)`` call.
+        The default wraps the rows in a temporary :class:`~fedemstats.federation.Federation`
+        and calls :meth:`client_stats`, so every model gets it for free; models may
+        override it with a direct kernel call.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_rows, n_features)
+            Selected rows, segment by segment.
+        seg : ndarray of int of shape (n_segments + 1,)
+            Segment ``j`` is ``X[seg[j]:seg[j + 1]]``; no segment may be empty.
+        theta : parameters
+
+        Returns
+        -------
+        stats : ndarray of shape (n_segments, q)
+        loglik : ndarray of shape (n_segments,)
+            Mean log-likelihood of each segment's rows.
+        """
+        return self.client_stats(Federation(X, seg, allow_nan=self.allow_nan), theta)
 
     def mean_stats(self, federation, theta) -> np.ndarray:
         """Weighted full-pass mean statistic ``sum_i w_i s_i(theta)``, shape (q,)."""

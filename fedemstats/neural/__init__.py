@@ -1,0 +1,13 @@
+"""Neural bridge: FedAvg and friends as hard-EM on NumPy MLPs (SPEC §8)."""
+from .hard_em import HardEMResult, local_sgd, run_hard_em
+from .mlp import MLP
+from .optim import SGD, Adam, Adamax, Optimizer, make_optimizer
+from .partition import dirichlet_clients, iid_clients, pathological_clients, split_clients
+from .priors import GaussianPrior, LaplacePrior, MixturePrior, Prior, weighted_median
+
+__all__ = [
+    "MLP", "SGD", "Adam", "Adamax", "Optimizer", "make_optimizer",
+    "Prior", "GaussianPrior", "LaplacePrior", "MixturePrior", "weighted_median",
+    "run_hard_em", "local_sgd", "HardEMResult",
+    "split_clients", "iid_clients", "pathological_clients", "dirichlet_clients",
+]

@@ -1,0 +1,1 @@
+"""Flower App: FedEM for a Gaussian mixture on CSV partitions (fedemstats example)."""

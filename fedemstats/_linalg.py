@@ -1,0 +1,150 @@
+"""Cholesky, log-determinant, log-sum-exp and PSD-repair helpers shared by the models.
+
+One place for each piece of dense linear algebra that the models' T-maps need
+(SPEC §1, §2): a T-map must be *total*, so covariance matrices built from noisy,
+quantised statistics are symmetrised and, only when a Cholesky factorisation
+fails, projected onto the positive-definite cone by an eigenvalue floor.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+
+__all__ = [
+    "EIG_REL_FLOOR",
+    "EIG_ABS_FLOOR",
+    "symmetrize",
+    "logsumexp",
+    "eigen_floor",
+    "eig_floor_value",
+    "safe_cholesky",
+    "inv_cholesky_upper",
+    "precision_cholesky_from_precision",
+    "log_det_triangular",
+    "check_spd",
+]
+
+#: Repaired eigenvalues are at least this fraction of the largest |eigenvalue|, so the
+#: repaired matrix has a condition number <= 1 / EIG_REL_FLOOR and Cholesky succeeds.
+EIG_REL_FLOOR = 1e-10
+#: Absolute eigenvalue floor used when the matrix is (numerically) zero and no
+#: regularisation is configured (reg_covar = 0).
+EIG_ABS_FLOOR = 1e-12
+
+
+def symmetrize(A: np.ndarray) -> np.ndarray:
+    """``(A + A^T) / 2`` over the last two axes, shape unchanged (..., d, d)."""
+    return 0.5 * (A + np.swapaxes(A, -1, -2))
+
+
+def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable ``log(sum(exp(a), axis))``; rows of ``-inf`` give ``-inf``.
+
+    Parameters
+    ----------
+    a : ndarray
+    axis : int, default=-1
+
+    Returns
+    -------
+    ndarray with ``axis`` removed
+    """
+    a = np.asarray(a, dtype=np.float64)
+    amax = np.max(a, axis=axis, keepdims=True)
+    amax = np.where(np.isfinite(amax), amax, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(a - amax), axis=axis, keepdims=True)) + amax
+    return np.squeeze(out, axis=axis)
+
+
+def eig_floor_value(scale: float, reg: float = 0.0) -> float:
+    """Eigenvalue floor ``max(reg, EIG_REL_FLOOR * scale, EIG_ABS_FLOOR)``.
+
+    ``scale`` is the largest absolute eigenvalue (or variance) of the matrix being
+    repaired; ``reg`` the model's ``reg_covar``.
+    """
+    return float(max(reg, EIG_REL_FLOOR * abs(scale), EIG_ABS_FLOOR))
+
+
+def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
+    """Nearest (Frobenius) symmetric matrix with eigenvalues >= the floor.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+        Symmetrised first; must be finite.
+    reg : float
+        Lower bound of the floor (see :func:`eig_floor_value`).
+
+    Returns
+    -------
+    ndarray of shape (d, d), symmetric positive definite
+    """
+    w, V = np.linalg.eigh(symmetrize(A))
+    floor = eig_floor_value(np.max(np.abs(w)), reg)
+    out = (V * np.maximum(w, floor)) @ V.T
+    return symmetrize(out)
+
+
+def safe_cholesky(A: np.ndarray, reg: float = 0.0):
+    """Lower Cholesky factor of ``A``, repairing ``A`` only if the factorisation fails.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+    reg : float
+        Lower bound of the eigenvalue floor used by the repair.
+
+    Returns
+    -------
+    L : ndarray of shape (d, d), lower triangular
+    A_used : ndarray of shape (d, d)
+        ``A`` itself on the fast path (bit-exact), else the repaired matrix.
+    repaired : bool
+    """
+    try:
+        return linalg.cholesky(A, lower=True), A, False
+    except (linalg.LinAlgError, ValueError):
+        fixed = eigen_floor(A, reg)
+        return linalg.cholesky(fixed, lower=True), fixed, True
+
+
+def inv_cholesky_upper(L: np.ndarray) -> np.ndarray:
+    """``U = L^{-T}`` (upper triangular) so that ``U U^T = (L L^T)^{-1}``.
+
+    This is scikit-learn's ``precisions_cholesky_`` convention for one matrix.
+    """
+    return linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True).T
+
+
+def precision_cholesky_from_precision(P: np.ndarray) -> np.ndarray:
+    """Upper-triangular ``U`` with ``U U^T = P`` (scikit-learn's flip trick).
+
+    Parameters
+    ----------
+    P : ndarray of shape (d, d), symmetric positive definite
+
+    Returns
+    -------
+    U : ndarray of shape (d, d)
+    """
+    flipped = np.flipud(np.fliplr(P))
+    return np.flipud(np.fliplr(linalg.cholesky(flipped, lower=True)))
+
+
+def log_det_triangular(T: np.ndarray) -> np.ndarray:
+    """``sum(log(diag(T)))`` over the last two axes: log|det T| of triangular factors."""
+    return np.sum(np.log(np.diagonal(T, axis1=-2, axis2=-1)), axis=-1)
+
+
+def check_spd(A: np.ndarray, name: str, rtol: float = 1e-8) -> None:
+    """Raise ``ValueError`` unless ``A`` (d, d) is finite, symmetric and positive definite."""
+    if not np.all(np.isfinite(A)):
+        raise ValueError(f"{name} must be finite.")
+    scale = max(np.max(np.abs(A)), np.finfo(float).tiny)
+    if np.max(np.abs(A - A.T)) > rtol * scale:
+        raise ValueError(f"{name} must be symmetric.")
+    try:
+        linalg.cholesky(A, lower=True)
+    except linalg.LinAlgError as exc:
+        raise ValueError(f"{name} must be positive definite.") from exc

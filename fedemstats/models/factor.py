@@ -1,0 +1,250 @@
+"""Factor analysis ``x = μ + Λz + ε``, ``z ~ N(0, I_k)``, ``ε ~ N(0, Ψ)`` with Ψ diagonal,
+on rows that may hold missing values (SPEC §5).
+
+With ``z̃ = (z, 1)`` and, for the observed block ``o`` of a row,
+``G_o = (I + Λ_oᵀ Ψ_o⁻¹ Λ_o)⁻¹``: ``E[z | x_o] = G_o Λ_oᵀ Ψ_o⁻¹ (x_o − μ_o)``,
+``Cov[z | x_o] = G_o``. A missing coordinate ``x_j = μ_j + Λ_j z + ε_j`` contributes
+its conditional moments. Rows are grouped by missingness pattern: each pattern's
+``G_o`` (k × k, the Woodbury form of Σ_oo⁻¹) and ``log det Σ_oo`` are computed once.
+Statistics (means over rows, on shifted data ``x − c``, SPEC §2): ``E[(x − c)∘(x − c)]``
+(d,), ``E[(x − c) z̃ᵀ]`` (d, k+1), ``E[z̃ z̃ᵀ]`` (k+1, k+1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg
+
+from .._linalg import safe_cholesky, symmetrize
+from .._validation import check_int
+from ..layout import StatLayout
+from ._missing_kernels import LOG_2PI, missing_patterns, nan_moments, rows_per_chunk, segment_sums
+from .base import Model
+
+__all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
+           "factor_transform", "init_factor", "NOISE_REL_FLOOR"]
+
+#: Noise variances are floored at NOISE_REL_FLOOR times the coordinate's second moment
+#: (scikit-learn floors at an absolute 1e-12 on unscaled data; a relative floor keeps the
+#: same protection against Heywood cases whatever the units).
+NOISE_REL_FLOOR = 1e-12
+#: Absolute floor used when the second moment itself is (numerically) zero.
+NOISE_ABS_FLOOR = 1e-300
+#: Floor on the initial loading scale (λ - 1 in units of Ψ): a zero loading column is a
+#: fixed point of EM, so the initial loadings must not vanish.
+INIT_LOADING_FLOOR = 1e-2
+
+
+@dataclass(frozen=True, eq=False)
+class FactorParams:
+    """Factor-analysis parameters in scikit-learn's layout (treat as read-only).
+
+    Attributes
+    ----------
+    components : ndarray of shape (k, d)
+        ``Λᵀ`` (scikit-learn's ``components_``).
+    noise_variance : ndarray of shape (d,)
+    mean : ndarray of shape (d,)
+    """
+
+    components: np.ndarray
+    noise_variance: np.ndarray
+    mean: np.ndarray
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """``ΛΛᵀ + Ψ``, shape (d, d)."""
+        return self.components.T @ self.components + np.diag(self.noise_variance)
+
+
+def _pattern_blocks(theta, patterns):
+    """Per pattern ``G_o`` (P, k, k) and ``log det Σ_oo`` (P,)."""
+    W, psi = theta.components, theta.noise_variance
+    ipsi = patterns / psi[None]
+    F = np.einsum("kj,pj,lj->pkl", W, ipsi, W) + np.eye(W.shape[0])[None]
+    Lf = np.linalg.cholesky(F)
+    logdet_f = 2.0 * np.sum(np.log(np.diagonal(Lf, axis1=-2, axis2=-1)), axis=-1)
+    Li = np.linalg.inv(Lf)
+    G = np.swapaxes(Li, -1, -2) @ Li
+    return G, patterns @ np.log(psi) + logdet_f
+
+
+def factor_posterior(X, observed, pat, theta, blocks):
+    """Posterior of the factors given the observed block.
+
+    Parameters
+    ----------
+    X : ndarray of shape (c, d), NaN where missing
+    observed : ndarray of bool of shape (c, d)
+    pat : ndarray of int of shape (c,)
+    theta : FactorParams
+    blocks : tuple (G, logdet) from the row patterns
+
+    Returns
+    -------
+    Ez : ndarray of shape (c, k)
+    G : ndarray of shape (c, k, k)
+        ``Cov[z | x_o]``.
+    logp : ndarray of shape (c,)
+        ``log N(x_o; μ_o, Σ_oo)``.
+    """
+    W, psi = theta.components, theta.noise_variance
+    y = np.where(observed, X - theta.mean, 0.0)
+    w = (y / psi) @ W.T
+    G = blocks[0][pat]
+    Ez = np.einsum("nkl,nl->nk", G, w)
+    quad = np.sum(y * y / psi, axis=1) - np.sum(w * Ez, axis=1)
+    logp = -0.5 * (observed.sum(axis=1) * LOG_2PI + blocks[1][pat] + quad)
+    return Ez, G, logp
+
+
+def _row_stats(X, observed, pat, theta, blocks, shift):
+    """Per-row ``[E[x̃∘x̃], E[x̃ z̃ᵀ], E[z̃ z̃ᵀ], loglik]`` with ``x̃ = x − c``."""
+    Ez, G, logp = factor_posterior(X, observed, pat, theta, blocks)
+    W, psi = theta.components, theta.noise_variance
+    c, k = Ez.shape
+    miss = ~observed
+    xhat = np.where(observed, X - shift, (theta.mean - shift) + Ez @ W)
+    WG = np.einsum("kj,nkl->njl", W, G) * miss[:, :, None]  # Λ_j Cov[z] for missing j
+    sxx = xhat ** 2 + miss * (np.einsum("njl,lj->nj", WG, W) + psi)
+    sxz = np.concatenate([xhat[:, :, None] * Ez[:, None, :] + WG, xhat[:, :, None]], axis=2)
+    szz = np.empty((c, k + 1, k + 1))
+    szz[:, :k, :k] = G + Ez[:, :, None] * Ez[:, None, :]
+    szz[:, :k, k] = szz[:, k, :k] = Ez
+    szz[:, k, k] = 1.0
+    return np.concatenate([sxx, sxz.reshape(c, -1), szz.reshape(c, -1), logp[:, None]], axis=1)
+
+
+def _chunked(X, theta, row_fn, width, seg=None):
+    observed = ~np.isnan(X)
+    patterns, pat = missing_patterns(observed)
+    blocks = _pattern_blocks(theta, patterns)
+    seg = np.array([0, X.shape[0]]) if seg is None else seg
+    k = theta.components.shape[0]
+    fn = lambda a, b: row_fn(X[a:b], observed[a:b], pat[a:b], blocks)  # noqa: E731
+    return segment_sums(fn, seg, width, rows_per_chunk(X.shape[1] * (k + 2) + k * k))
+
+
+def _all_rows(X, theta):
+    """Posterior of every row at once (memory O(n k²), no per-row d × d temporaries)."""
+    X = np.asarray(X, dtype=np.float64)
+    observed = ~np.isnan(X)
+    patterns, pat = missing_patterns(observed)
+    return factor_posterior(X, observed, pat, theta, _pattern_blocks(theta, patterns))
+
+
+def factor_log_likelihood(X, theta):
+    """Observed-data log-density of each row under ``N(μ, ΛΛᵀ + Ψ)``, shape (n,)."""
+    return _all_rows(X, theta)[2]
+
+
+def factor_transform(X, theta):
+    """Posterior means ``E[z | x_o]`` of the factors, shape (n, k)."""
+    return _all_rows(X, theta)[0]
+
+
+def init_factor(X, n_factors, noise_variance_init=None):
+    """Initial :class:`FactorParams` from global pairwise moments (sums only, see
+    :func:`._missing_kernels.nan_moments`).
+
+    Like scikit-learn's first iteration: ``Ψ₀ = diag(S)`` (or the user's), loadings from
+    the leading eigenpairs ``(ℓ, v)`` of ``Ψ₀^{-1/2} S Ψ₀^{-1/2}``:
+    ``Λ = Ψ₀^{1/2} v sqrt(max(ℓ − 1, INIT_LOADING_FLOOR))``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    n_factors : int
+    noise_variance_init : ndarray of shape (d,), optional
+
+    Returns
+    -------
+    FactorParams
+    """
+    mean, cov = nan_moments(X)
+    var = np.diag(cov).copy()
+    psi = np.asarray(noise_variance_init, dtype=np.float64) if noise_variance_init is not None \
+        else np.maximum(var, NOISE_REL_FLOOR * max(var.max(), NOISE_ABS_FLOOR))
+    scale = np.sqrt(psi)
+    ell, V = np.linalg.eigh(cov / np.outer(scale, scale))
+    ell, V = ell[::-1][:n_factors], V[:, ::-1][:, :n_factors]
+    loadings = scale[:, None] * V * np.sqrt(np.maximum(ell - 1.0, INIT_LOADING_FLOOR))
+    return FactorParams(loadings.T.copy(), psi.copy(), mean)
+
+
+class FactorAnalysisModel(Model):
+    """Factor analysis with missing values as a FedEM model.
+
+    Parameters
+    ----------
+    n_features : int
+    n_factors : int
+    shift : array-like of shape (n_features,), optional
+        Public centring point ``c``.
+
+    Notes
+    -----
+    T-map: ``Λ̃ = S_xz̃ S_z̃z̃⁻¹ = [Λ, μ − c]``, ``Ψ = diag(S_xx − Λ̃ S_xz̃ᵀ)``. Projection for
+    noisy ``s``: ``S_z̃z̃`` is symmetrised and, only if its Cholesky factorisation fails,
+    eigenvalue-floored (:func:`fedemstats._linalg.safe_cholesky`); each ``Ψ_j`` is
+    floored at ``max(NOISE_REL_FLOOR |S_xx,j|, NOISE_ABS_FLOOR)``.
+    """
+
+    allow_nan = True
+
+    def __init__(self, n_features, n_factors, shift=None):
+        self.n_features = check_int(n_features, "n_features")
+        self.n_factors = check_int(n_factors, "n_factors")
+        d, k = self.n_features, self.n_factors
+        self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
+        if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
+            raise ValueError(f"shift must be a finite array of shape ({d},).")
+        self.layout = StatLayout([("sum_xx", (d,)), ("sum_xz", (d, k + 1)), ("sum_zz", (k + 1, k + 1))])
+
+    def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
+        """Per-client mean statistics and mean observed-data log-likelihood, one pass.
+
+        Returns
+        -------
+        stats : ndarray of shape (n_active, q)
+        loglik : ndarray of shape (n_active,)
+        """
+        X, seg = federation.select(clients, batch, rng)
+        fn = lambda Xa, obs, pat, blocks: _row_stats(Xa, obs, pat, theta, blocks, self.shift)  # noqa: E731
+        sums = _chunked(X, theta, fn, self.q + 1, seg)
+        sums /= np.diff(seg)[:, None]
+        return sums[:, :self.q], sums[:, self.q].copy()
+
+    def t_map(self, s) -> FactorParams:
+        """Total M-step (see class Notes).
+
+        Raises
+        ------
+        ValueError
+            If ``s`` has the wrong shape or is not finite.
+        """
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (self.q,) or not np.all(np.isfinite(s)):
+            raise ValueError(f"s must be a finite vector of shape ({self.q},).")
+        parts = self.layout.unpack(s)
+        L, _, _ = safe_cholesky(symmetrize(parts["sum_zz"]))
+        lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T
+        sxx = parts["sum_xx"]
+        psi = sxx - np.sum(lam * parts["sum_xz"], axis=1)
+        psi = np.maximum(psi, np.maximum(NOISE_REL_FLOOR * np.abs(sxx), NOISE_ABS_FLOOR))
+        k = self.n_factors
+        return FactorParams(lam[:, :k].T.copy(), psi, lam[:, k] + self.shift)
+
+    def log_likelihood(self, X, theta) -> np.ndarray:
+        """Observed-data log-density of each row, shape (n,)."""
+        return factor_log_likelihood(X, theta)
+
+    def n_parameters(self, theta) -> int:
+        """Loadings (less the rotation), noise variances and mean."""
+        d, k = self.n_features, self.n_factors
+        return int(d * k - k * (k - 1) // 2 + 2 * d)
+
+    def init_theta(self, federation, rng=None, noise_variance_init=None) -> FactorParams:
+        """Initial parameters from global moments; see :func:`init_factor`."""
+        return init_factor(federation.X, self.n_factors, noise_variance_init)

@@ -1,0 +1,200 @@
+"""Poisson mixture for counts with missing values (latent class model, SPEC §5).
+
+``y_j | z = k ~ Poisson(λ_kj)`` independently over coordinates; a missing coordinate is
+marginalised (it drops out of the likelihood). Per row, with ``r_k ∝ π_k Π_{j∈o}
+Poisson(y_j; λ_kj)``, the statistics are ``(r_k, r_k E[y_j | y_o, z = k])`` where the
+expectation is ``y_j`` if observed and ``λ_kj`` otherwise. First moments only, so no
+shift is needed (SPEC §2 concerns second moments).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaln
+
+from .._linalg import logsumexp
+from .._validation import check_int, check_rng
+from ..layout import StatLayout
+from ._missing_kernels import rows_per_chunk, segment_sums
+from .base import Model
+from .gmm import RESP_FLOOR
+from .gmm_missing import GaussianMixtureMissingModel, init_gmm_missing
+
+__all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
+           "RATE_FLOOR"]
+
+#: Floor of the rates λ_kj in the T-map: a component that never sees a positive count
+#: in column j would get λ = 0 and log λ = -inf (0 * -inf = NaN in the likelihood).
+RATE_FLOOR = 1e-8
+#: Spread of the "random" initial rates: λ_kj = mean_j * exp(INIT_LOG_SPREAD * ξ), ξ ~ N(0, 1).
+INIT_LOG_SPREAD = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class PoissonMixtureParams:
+    """Mixture weights and Poisson rates (treat arrays as read-only).
+
+    Attributes
+    ----------
+    weights : ndarray of shape (K,)
+    rates : ndarray of shape (K, d), > 0
+    """
+
+    weights: np.ndarray
+    rates: np.ndarray
+
+
+def check_counts(X, name="X"):
+    """Raise ``ValueError`` unless the observed entries are non-negative integers.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), NaN where missing
+    """
+    obs = X[~np.isnan(X)]
+    if (obs < 0).any():
+        raise ValueError(f"Negative values in data passed to the Poisson model ({name}); "
+                         "it needs counts >= 0.")
+    if (obs != np.round(obs)).any():
+        bad = obs[obs != np.round(obs)][:3]
+        raise ValueError(f"{name} holds non-integer values (e.g. {bad.tolist()}); the Poisson model "
+                         "needs integer counts (use model='gaussian' on transformed data instead).")
+
+
+def _log_joint(X, observed, theta):
+    """``log π_k + log p(y_o | k)``, shape (c, K), and the filled counts (c, d)."""
+    y = np.where(observed, X, 0.0)
+    obs = observed.astype(np.float64)
+    with np.errstate(divide="ignore"):
+        logw = np.log(theta.weights)
+    lr = np.log(theta.rates)
+    const = np.sum(obs * gammaln(y + 1.0), axis=1)
+    return y @ lr.T - obs @ theta.rates.T - const[:, None] + logw[None], y
+
+
+def poisson_row_stats(X, observed, theta):
+    """Per-row ``[r (K), r_k E[y | y_o, k] (K*d), loglik]``, shape (c, K + K*d + 1)."""
+    wlp, y = _log_joint(X, observed, theta)
+    ll = logsumexp(wlp, axis=1)
+    r = np.exp(wlp - ll[:, None])
+    filled = np.where(observed[:, None, :], y[:, None, :], theta.rates[None])
+    c = X.shape[0]
+    return np.concatenate([r, (r[:, :, None] * filled).reshape(c, -1), ll[:, None]], axis=1)
+
+
+class PoissonMixtureModel(Model):
+    """Mixture of independent Poissons (latent class model) with missing counts.
+
+    Parameters
+    ----------
+    n_components : int
+    n_features : int
+
+    Notes
+    -----
+    T-map: ``π_k = S0_k / Σ S0`` with ``S0_k`` clipped below at
+    :data:`.gmm.RESP_FLOOR`, ``λ_kj = max(S1_kj / S0_k, RATE_FLOOR)``: any finite
+    ``s`` maps to valid parameters.
+    """
+
+    allow_nan = True
+
+    def __init__(self, n_components, n_features):
+        self.n_components = check_int(n_components, "n_components")
+        self.n_features = check_int(n_features, "n_features")
+        self.layout = StatLayout([("resp", (self.n_components,)),
+                                  ("sum_y", (self.n_components, self.n_features))])
+
+    def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
+        """Per-client mean statistics and mean observed-data log-likelihood, one pass.
+
+        Returns
+        -------
+        stats : ndarray of shape (n_active, q)
+        loglik : ndarray of shape (n_active,)
+        """
+        X, seg = federation.select(clients, batch, rng)
+        observed = ~np.isnan(X)
+        fn = lambda a, b: poisson_row_stats(X[a:b], observed[a:b], theta)  # noqa: E731
+        sums = segment_sums(fn, seg, self.q + 1, rows_per_chunk(2 * self.q))
+        sums /= np.diff(seg)[:, None]
+        return sums[:, :self.q], sums[:, self.q].copy()
+
+    def t_map(self, s) -> PoissonMixtureParams:
+        """Total M-step (see class Notes).
+
+        Raises
+        ------
+        ValueError
+            If ``s`` has the wrong shape or is not finite.
+        """
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (self.q,) or not np.all(np.isfinite(s)):
+            raise ValueError(f"s must be a finite vector of shape ({self.q},).")
+        parts = self.layout.unpack(s)
+        s0 = np.maximum(parts["resp"], RESP_FLOOR)
+        rates = np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR)
+        return PoissonMixtureParams(s0 / s0.sum(), rates)
+
+    def log_likelihood(self, X, theta) -> np.ndarray:
+        """Observed-data log-probability of each row, shape (n,)."""
+        X = np.asarray(X, dtype=np.float64)
+        return logsumexp(_log_joint(X, ~np.isnan(X), theta)[0], axis=1)
+
+    def responsibilities(self, X, theta) -> np.ndarray:
+        """Posterior class probabilities from the observed counts, shape (n, K)."""
+        X = np.asarray(X, dtype=np.float64)
+        wlp, _ = _log_joint(X, ~np.isnan(X), theta)
+        return np.exp(wlp - logsumexp(wlp, axis=1)[:, None])
+
+    def n_parameters(self, theta) -> int:
+        K, d = self.n_components, self.n_features
+        return int(K * d + K - 1)
+
+    def impute(self, X, theta, rng=None, sample=False):
+        """``E[y_m | y_o] = Σ_k r_k λ_km``, or a draw ``k ~ r``, ``y_m ~ Poisson(λ_km)``.
+
+        Returns
+        -------
+        ndarray of shape (n, d)
+        """
+        X = np.asarray(X, dtype=np.float64)
+        observed = ~np.isnan(X)
+        r = self.responsibilities(X, theta)
+        if sample:
+            rng = check_rng(rng)
+            u = rng.random(X.shape[0])
+            k = np.minimum((np.cumsum(r, axis=1) < u[:, None]).sum(axis=1), self.n_components - 1)
+            fill = rng.poisson(theta.rates[k]).astype(np.float64)
+        else:
+            fill = r @ theta.rates
+        return np.where(observed, X, fill)
+
+    def init_theta(self, federation, rng=None, **kwargs) -> PoissonMixtureParams:
+        """Federated initialisation; see :func:`init_poisson_mixture`."""
+        return init_poisson_mixture(federation, self, rng=rng, **kwargs)
+
+
+def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=5):
+    """Initial weights and rates without moving raw rows.
+
+    ``"kmeans"``: the GMM initialisation of :func:`.gmm_missing.init_gmm_missing`
+    (clients' k-means summaries on their own mean-filled rows, falling back to
+    ``"random"`` draws for small clients); rates are those means floored at
+    :data:`RATE_FLOOR`. ``"random"``:
+    ``λ_kj = mean_j exp(INIT_LOG_SPREAD ξ_kj)``. Weights start uniform.
+
+    Returns
+    -------
+    PoissonMixtureParams
+    """
+    rng = check_rng(rng)
+    K, d = model.n_components, model.n_features
+    if method == "random":
+        mean = np.nanmean(federation.X, axis=0)  # column sums / counts from the clients
+        rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((K, d)))
+    else:
+        gmm = GaussianMixtureMissingModel(K, d, "diag")
+        rates = init_gmm_missing(federation, gmm, method=method, rng=rng, min_rows=min_rows).means
+    return PoissonMixtureParams(np.full(K, 1.0 / K), np.maximum(rates, RATE_FLOOR))

@@ -1,0 +1,113 @@
+"""FederatedMLPClassifier: scikit-learn API and input validation (SPEC §7-8)."""
+import importlib.util
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from fedemstats.estimators.neural import FederatedMLPClassifier
+
+
+# scikit-learn itself skips check_array_api_input unless SCIPY_ARRAY_API is set (3 skips);
+# the estimator is NumPy-only, so nothing of ours is skipped.
+@parametrize_with_checks([
+    FederatedMLPClassifier(),
+    FederatedMLPClassifier(method="median", client_fraction=0.5),
+    FederatedMLPClassifier(method="mixture", hidden_layer_sizes=(20,)),
+])
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+def test_fedavg_on_digits_with_history(digits):
+    Xtr, Xte, ytr, yte = digits
+    clf = FederatedMLPClassifier(hidden_layer_sizes=(32,), local_epochs=5, max_iter=20, random_state=0).fit(Xtr, ytr)
+    assert clf.score(Xte, yte) > 0.9
+    assert isinstance(clf.history_, pd.DataFrame) and len(clf.history_) == clf.n_iter_ == 20
+    assert {"round", "train_loss", "uplink_bits", "downlink_bits", "n_active"} <= set(clf.history_.columns)
+    np.testing.assert_array_equal(clf.classes_, np.arange(10))
+    assert clf.params_.shape == (64 * 32 + 32 + 32 * 10 + 10,)
+
+
+def test_groups_define_clients_and_fraction(digits):
+    Xtr, _, ytr, _ = digits
+    groups = np.arange(ytr.size) % 7
+    clf = FederatedMLPClassifier(hidden_layer_sizes=(8,), max_iter=3, client_fraction=0.3,
+                                 random_state=0).fit(Xtr, ytr, groups=groups)
+    assert clf.history_["n_active"].eq(2).all()  # round(0.3 * 7) = 2
+    with pytest.raises(ValueError, match="groups"):
+        clf.fit(Xtr, ytr, groups=groups[:10])
+
+
+def test_same_seed_same_model(digits):
+    Xtr, Xte, ytr, _ = digits
+    kw = dict(hidden_layer_sizes=(8,), max_iter=3, client_fraction=0.5, random_state=3)
+    a = FederatedMLPClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)
+    b = FederatedMLPClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(client_fraction=0.0), "client_fraction"),
+    (dict(client_fraction=1.01), "client_fraction"),
+    (dict(local_epochs=0), "local_epochs"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(method="sgd"), "method"),
+    (dict(layer_sizes=(63, 10, 10)), "layer_sizes"),
+    (dict(layer_sizes=(64, 10, 9)), "layer_sizes"),
+    (dict(mu=-1.0), "mu"),
+])
+def test_bad_input_raises_clear_value_error(digits, params, match):
+    Xtr, _, ytr, _ = digits
+    with pytest.raises(ValueError, match=match):
+        FederatedMLPClassifier(max_iter=1, **params).fit(Xtr, ytr)
+
+
+def test_full_layer_sizes_accepted(digits):
+    Xtr, _, ytr, _ = digits
+    clf = FederatedMLPClassifier(layer_sizes=(64, 12, 10), max_iter=1).fit(Xtr, ytr)
+    assert clf.layer_sizes_ == (64, 12, 10)
+
+
+def test_unseen_label_at_score_time_counts_as_error(digits):
+    # As scikit-learn's classifiers: accuracy_score counts an unseen label as a miss, no error.
+    Xtr, Xte, ytr, yte = digits
+    keep = ytr < 9
+    clf = FederatedMLPClassifier(hidden_layer_sizes=(16,), max_iter=10, random_state=0).fit(Xtr[keep], ytr[keep])
+    assert 9 not in clf.classes_
+    unseen = yte == 9
+    acc_seen = clf.score(Xte[~unseen], yte[~unseen])
+    assert clf.score(Xte, yte) == pytest.approx(acc_seen * (~unseen).mean())
+
+
+def test_mixture_method_exposes_components(digits):
+    Xtr, _, ytr, _ = digits
+    clf = FederatedMLPClassifier(method="mixture", n_components=3, hidden_layer_sizes=(8,), max_iter=2,
+                                 random_state=0).fit(Xtr, ytr)
+    assert clf.params_.shape[0] == 3
+    np.testing.assert_allclose(clf.predict_proba(Xtr[:5]).sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("method, module", [("fedsparse", "fedemstats.neural.fedsparse"),
+                                            ("fedpm", "fedemstats.neural.fedpm")])
+def test_external_methods_run_or_say_not_implemented(digits, method, module):
+    Xtr, _, ytr, _ = digits
+    clf = FederatedMLPClassifier(method=method, hidden_layer_sizes=(8,), max_iter=2, random_state=0)
+    if importlib.util.find_spec(module) is None:
+        with pytest.raises(NotImplementedError, match=method):
+            clf.fit(Xtr, ytr)
+    else:
+        clf.fit(Xtr, ytr)
+        assert clf.predict(Xtr[:5]).shape == (5,) and len(clf.history_) == 2
