@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 
 __all__ = [
     "EIG_REL_FLOOR",
@@ -112,9 +113,15 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
 def inv_cholesky_upper(L: np.ndarray) -> np.ndarray:
     """``U = L^{-T}`` (upper triangular) so that ``U U^T = (L L^T)^{-1}``.
 
-    This is scikit-learn's ``precisions_cholesky_`` convention for one matrix.
+    This is scikit-learn's ``precisions_cholesky_`` convention for one matrix. LAPACK
+    ``trtri`` rather than ``solve_triangular(L, I)``: the latter goes through OpenBLAS's
+    threaded ``trsm`` and, right after a numba parallel region, measured 5-20 ms per
+    10 x 10 matrix on a loaded 2-core machine (``trtri``: 20 us).
     """
-    return linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True).T
+    inv, info = lapack.dtrtri(np.asarray(L, dtype=np.float64), lower=1)
+    if info != 0:
+        raise ValueError(f"singular triangular factor (LAPACK trtri info={info}).")
+    return inv.T
 
 
 def precision_cholesky_from_precision(P: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from .algorithms.vr_fedem import theorem3_batch_size
 __all__ = [
     "mean_field", "mean_field_norm2", "OmegaEstimate", "empirical_omega", "omega_test_vectors",
     "worst_case_omega", "fedem_gamma_max", "em_gamma_max", "vr_fedem_gamma", "vr_fedem_batch_size",
-    "compression_regime_ratio", "convergence_table", "first_reach", "plot_convergence",
+    "compression_regime_ratio", "convergence_table", "first_reach", "rounds_to_reach", "plot_convergence",
 ]
 
 #: Largest number of float64 entries materialised at once when drawing Q(x) (≈ 32 MB)
@@ -237,6 +237,43 @@ def first_reach(table, eps, by="round") -> float:
         raise ValueError(f"by must be one of {X_AXES}; got {by!r}.")
     hit = np.flatnonzero(table["h_norm2"].to_numpy() <= eps)
     return float(table[by].iloc[hit[0]]) if hit.size else float("nan")
+
+
+class _Reached(Exception):
+    """Raised by the progress hook of :func:`rounds_to_reach` to stop a run early."""
+
+
+def rounds_to_reach(algorithm, federation, theta0, eps, max_rounds, random_state=None) -> float:
+    """Rounds until ||h(Ŝ_k)||² <= ``eps``, stopping the run as soon as it does.
+
+    Parameters
+    ----------
+    algorithm : FedEM or VRFedEM
+        Built with ``track_h=True``.
+    federation, theta0 :
+        As for ``algorithm.run``.
+    eps : float
+    max_rounds : int
+    random_state : None, int or Generator
+
+    Returns
+    -------
+    float
+        The first round k >= 1 with ||h||² <= eps, or NaN if none within ``max_rounds``.
+    """
+    if not getattr(algorithm, "track_h", False):
+        raise ValueError("rounds_to_reach needs an algorithm built with track_h=True.")
+    eps = check_positive(eps, "eps")
+
+    def progress(k, row):
+        if row["h_norm2"] <= eps:
+            raise _Reached(k)
+
+    try:
+        algorithm.run(federation, theta0, max_rounds, random_state, progress=progress)
+    except _Reached as hit:
+        return float(hit.args[0])
+    return float("nan")
 
 
 def plot_convergence(tables, x="round", ax=None, eps=None, title=None):

@@ -51,6 +51,7 @@ def derive(surveys: pd.DataFrame, species: pd.DataFrame, plots: pd.DataFrame) ->
               .unstack("species_id").reindex(index=grid, columns=codes))
     surveyed = effort.notna()
     counts[surveyed.to_numpy()] = counts[surveyed.to_numpy()].fillna(0)
+    counts.columns.name = None
     table = counts.astype("Float64").round().astype("Int64")
     table.insert(0, "n_survey_days", effort.fillna(0).astype(int))
     table = table.reset_index()

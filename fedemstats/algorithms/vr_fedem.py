@@ -88,6 +88,10 @@ class VRFedEM:
         self.model, self.compressor = model, self._fedem.compressor
 
     # ------------------------------------------------------------------ setup
+    @property
+    def track_h(self) -> bool:
+        return self._fedem.track_h
+
     def omega(self) -> float:
         return self._fedem.omega()
 
@@ -168,8 +172,7 @@ class VRFedEM:
         ledger.record(state.round, uplink, downlink, n)
         history.append(round=state.round, loglik=ex["loglik"], uplink_bits=uplink, downlink_bits=downlink,
                        n_active=n, step_size=gamma, n_cond_exp=n_cond_exp, outer=ex["outer"],
-                       h_norm2=self._fedem._h_norm2(federation, state.s_hat) if self._fedem.track_h
-                       else np.nan)
+                       h_norm2=self._fedem._h_norm2(federation, state.s_hat) if self.track_h else np.nan)
         return state
 
     # ------------------------------------------------------------------ driver

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
-__all__ = ["load_portal_rodents", "PORTAL_FILE"]
+__all__ = ["load_portal_rodents", "lagged_years", "PORTAL_FILE"]
 
 PORTAL_FILE = "portal_rodents.csv.gz"
 #: Columns of the shipped table that describe a plot-year rather than a species.
@@ -97,3 +97,36 @@ def load_portal_rodents(*, as_frame=True, min_captures=0):
         data, groups, year = data.to_numpy(), groups.to_numpy(), year.to_numpy()
     return Bunch(data=data, groups=groups, year=year, frame=frame, feature_names=species, DESCR=DESCR)
 
+
+
+def lagged_years(data, groups, year, shifts=(1, -1)):
+    """Append each plot's counts of neighbouring years as extra columns.
+
+    Row (plot, t) gets the values of (plot, t - s) for each shift ``s`` (1: previous
+    year, -1: next year); a neighbour that is missing or outside the study stays NaN.
+    Each client (plot) builds these columns from its own rows, so no record moves.
+
+    Parameters
+    ----------
+    data : DataFrame of shape (n, n_species)
+        Counts (or transformed counts), NaN where missing.
+    groups : array-like of shape (n,)
+        Plot of each row.
+    year : array-like of shape (n,)
+    shifts : sequence of int, default=(1, -1)
+
+    Returns
+    -------
+    DataFrame of shape (n, n_species * (1 + len(shifts)))
+        ``data``'s columns, then ``"{species}_t-1"``, ``"{species}_t+1"``, ... in the
+        same row order.
+    """
+    data = pd.DataFrame(data).reset_index(drop=True)
+    key = pd.MultiIndex.from_arrays([np.asarray(groups), np.asarray(year)])
+    indexed = data.set_axis(key)
+    parts = [data]
+    for s in shifts:
+        shifted = pd.MultiIndex.from_arrays([np.asarray(groups), np.asarray(year) - s])
+        part = indexed.reindex(shifted).reset_index(drop=True)
+        parts.append(part.add_suffix(f"_t{-s:+d}"))
+    return pd.concat(parts, axis=1)

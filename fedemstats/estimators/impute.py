@@ -10,7 +10,7 @@ from sklearn.impute import MissingIndicator
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
-from ..models._missing_kernels import check_missing_input, nan_moments
+from ..models._missing_kernels import check_missing_input, nan_moments, public_scale
 from ..models.gaussian_missing import GaussianMissingModel
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel
 from ..models.poisson_mixture import PoissonMixtureModel, check_counts
@@ -199,9 +199,9 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         d = fed.n_features
         if self.model == "poisson":
             return PoissonMixtureModel(self.n_components, d)
-        shift = nan_moments(fed.X, observed)[0]
+        shift, cov = nan_moments(fed.X, observed)  # round 1: client sums, public afterwards
         if self.model == "gaussian":
-            return GaussianMissingModel(d, self.reg_covar, shift=shift)
+            return GaussianMissingModel(d, self.reg_covar, shift=shift, scale=public_scale(cov))
         return GaussianMixtureMissingModel(self.n_components, d, self.covariance_type, self.reg_covar,
                                            shift=shift)
 

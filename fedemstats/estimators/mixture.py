@@ -1,6 +1,8 @@
 """FederatedGaussianMixture: scikit-learn's GaussianMixture API, fitted by FedEM."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -14,6 +16,9 @@ __all__ = ["FederatedGaussianMixture"]
 
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 INIT_PARAMS = ("kmeans", "random")
+#: no client summary (local k-means centroid) is computed from fewer rows than this,
+#: so that no centroid is close to a single raw row
+SUMMARY_MIN_ROWS = 5
 
 
 class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
@@ -175,7 +180,12 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         if all(u is not None for u in user):
             return make_params(self.weights_init, self.means_init, precisions=self.precisions_init,
                                covariance_type=self.covariance_type)
-        theta = init_params(fed, model, method=self.init_params, rng=rng)
+        method = self.init_params
+        if method == "kmeans" and _kmeans_centroids_available(fed, self.n_components) < self.n_components:
+            warnings.warn(f"clients are too small to send k-means centroids of >= {SUMMARY_MIN_ROWS} rows; "
+                          "falling back to init_params='random' (global moments).", UserWarning)
+            method = "random"
+        theta = init_params(fed, model, method=method, rng=rng, min_rows=SUMMARY_MIN_ROWS)
         if any(u is not None for u in user):
             theta = make_params(
                 theta.weights if self.weights_init is None else self.weights_init,
@@ -240,6 +250,11 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     def aic(self, X):
         """Akaike information criterion on ``X`` (lower is better)."""
         return -2 * self.score(X) * self._validated(X).shape[0] + 2 * self._n_parameters()
+
+
+def _kmeans_centroids_available(fed, n_components):
+    """How many local centroids the clients could send at most (each needs SUMMARY_MIN_ROWS rows)."""
+    return int(np.minimum(n_components, fed.sizes // SUMMARY_MIN_ROWS).sum())
 
 
 def _precisions(prec_chol, covariance_type):

@@ -22,6 +22,16 @@ def problem_from_run_config(run_config):
     return PROBLEM_TYPES[name].from_spec(run_config)
 
 
+def _show_logs_in_flower_run_log() -> None:
+    """Send fedemstats' INFO records to Flower's handlers (what ``flwr log`` shows),
+    unless the user already configured the ``fedemstats`` logger."""
+    ours = logging.getLogger("fedemstats")
+    if not ours.handlers:
+        for handler in logging.getLogger("flwr").handlers:
+            ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+
+
 def make_server_app(problem=None, settings=None, on_result=None) -> ServerApp:
     """A Flower ``ServerApp`` running FedEM with :class:`FedEMStrategy`.
 
@@ -45,6 +55,7 @@ def make_server_app(problem=None, settings=None, on_result=None) -> ServerApp:
 
     @app.main()
     def main(grid, context) -> None:
+        _show_logs_in_flower_run_log()
         run_settings = FedEMSettings.from_run_config(context.run_config, base=settings)
         run_problem = problem if problem is not None else problem_from_run_config(context.run_config)
         result = FedEMStrategy(run_problem, run_settings).start(grid)

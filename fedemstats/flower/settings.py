@@ -47,7 +47,8 @@ class FedEMSettings:
     min_nodes : int
         Nodes that must be connected before the initialisation starts.
     node_wait : float
-        Seconds to wait for ``min_nodes`` nodes.
+        Seconds to wait for ``min_nodes`` nodes to connect, and for each exchange of
+        round 0 (which needs every client, unlike the rounds).
     output : str
         If not empty, path of a JSON file with the result, rewritten after every round.
     """

@@ -66,7 +66,7 @@ class FedEMStrategy(Strategy):
         """Round 0 as :meth:`FedEM.init_state`: moments -> shift, weights, θ_0; Ŝ_0; V_{0,i}."""
         s = self.settings
         node_ids = wait_for_nodes(grid, s.min_nodes, s.node_wait)
-        descs = [d for d in describe_nodes(grid, node_ids, s.round_timeout) if self.registry.register(d)]
+        descs = [d for d in describe_nodes(grid, node_ids, s.node_wait) if self.registry.register(d)]
         descs = sorted(descs, key=lambda d: d.partition_id)
         if len(descs) < s.min_nodes:
             raise RuntimeError(f"{len(descs)} node(s) described themselves; {s.min_nodes} required.")
@@ -102,7 +102,8 @@ class FedEMStrategy(Strategy):
             content[P.PARAMS], content[P.PARAMS_META] = arrays, meta
             messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
         by_pid = {}
-        for reply in grid.send_and_receive(messages, timeout=self.settings.round_timeout):
+        # round 0 needs everyone, so it waits as long as for the nodes to connect
+        for reply in grid.send_and_receive(messages, timeout=self.settings.node_wait):
             if not reply.has_error():
                 pid = int(reply.content[P.METRICS][P.PARTITION_ID])
                 by_pid[pid] = (reply.content[P.ARRAYS]["stats"].numpy(),

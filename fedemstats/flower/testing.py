@@ -17,7 +17,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from . import protocol as P
 
-__all__ = ["LocalGrid", "FIRST_NODE_ID"]
+__all__ = ["LocalGrid", "FIRST_NODE_ID", "write_partitions"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,3 +100,29 @@ class LocalGrid(Grid):
                 logger.info("node %d failed: %s", node_id, exc)
                 replies.append(Message(Error(CLIENT_APP_ERROR, repr(exc)), reply_to=message))
         return replies
+
+
+def write_partitions(folder, n_partitions, rows, dim, n_components=2, seed=0, spread=3.0):
+    """Write heterogeneous Gaussian-mixture partitions ``partition-<i>.csv`` and read them back.
+
+    Partition ``i`` holds ``rows + i`` rows centred mostly on component ``i mod K``,
+    so clients differ in size and in content.
+
+    Returns
+    -------
+    list of ndarray
+        The partitions as the nodes will read them (CSV round trip, exact with 17 digits).
+    """
+    import os
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=spread, size=(n_components, dim))
+    out = []
+    for i in range(n_partitions):
+        path = os.path.join(str(folder), f"partition-{i}.csv")
+        X = centres[i % n_components] + rng.normal(size=(rows + i, dim))
+        np.savetxt(path, X, delimiter=",", fmt="%.17g")
+        out.append(np.loadtxt(path, delimiter=",", ndmin=2))
+    return out

@@ -97,25 +97,32 @@ def _responsibilities(lp, n, hard, mx, sm):
     for k in range(1, K):
         for t in range(n):
             mx[t] = max(mx[t], lp[k, t])
-    sm[:n] = 0.0
-    for k in range(K):
-        for t in range(n):
-            sm[t] += np.exp(lp[k, t] - mx[t])
-    total = 0.0
-    for t in range(n):
-        sm[t] = mx[t] + np.log(sm[t])
-        total += sm[t]
     if hard:
+        total = 0.0
         for t in range(n):
+            sm[t] = 0.0
+            for k in range(K):
+                sm[t] += np.exp(lp[k, t] - mx[t])
+            total += mx[t] + np.log(sm[t])
             found = False
             for k in range(K):
                 win = (not found) and lp[k, t] == mx[t]
                 found = found or win
                 lp[k, t] = 1.0 if win else 0.0
-    else:
-        for k in range(K):
-            for t in range(n):
-                lp[k, t] = np.exp(lp[k, t] - sm[t])
+        return total
+    # one exp per (k, t): r = exp(lp - max) / sum_k exp(lp - max)
+    sm[:n] = 0.0
+    for k in range(K):
+        for t in range(n):
+            lp[k, t] = np.exp(lp[k, t] - mx[t])
+            sm[t] += lp[k, t]
+    total = 0.0
+    for t in range(n):
+        total += mx[t] + np.log(sm[t])
+        sm[t] = 1.0 / sm[t]
+    for k in range(K):
+        for t in range(n):
+            lp[k, t] *= sm[t]
     return total
 
 
@@ -246,6 +253,12 @@ def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard
         if tail_seg[b] >= 0:
             out[tail_seg[b], :] += tail[b, :]
     return out
+
+
+#: The same kernel without a parallel region. Below 2 * MIN_BLOCK_ROWS rows there is a
+#: single row block, and waking the thread pool costs more than the work (measured: 7 ms
+#: per call for 3,000 rows on a loaded 2-core machine, against 0.2 ms serially).
+segment_sums_serial = njit(cache=True)(segment_sums.py_func)
 
 
 @njit(cache=True, parallel=True)

@@ -9,9 +9,11 @@ the same pass (one ``np.add.reduceat`` per chunk), never a Python loop over clie
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-__all__ = ["LOG_2PI", "missing_patterns", "rows_per_chunk", "segment_sums",
-           "gaussian_blocks", "gaussian_conditionals", "nan_moments", "check_missing_input"]
+__all__ = ["LOG_2PI", "missing_patterns", "rows_per_chunk", "segment_sums", "second_moment_sums",
+           "mirror_upper", "gaussian_blocks", "gaussian_conditionals", "nan_moments", "check_shift_scale",
+           "public_scale", "check_missing_input"]
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 #: Floats held by one chunk's per-row temporaries; bounds memory at ~32 MB per array
@@ -72,46 +74,108 @@ def segment_sums(row_fn, seg, width, chunk):
     return out
 
 
-def gaussian_blocks(covs, patterns):
-    """Per component and pattern: inverse and log-determinant of the observed block.
+@njit(cache=True)
+def _second_moments_full(z, r, C, pat, owner, out):
+    n, K, d = z.shape
+    for i in range(n):
+        s, p = owner[i], pat[i]
+        for k in range(K):
+            w = r[i, k]
+            if w == 0.0:
+                continue
+            for a in range(d):
+                wa = w * z[i, k, a]
+                for b in range(a, d):
+                    out[s, k, a, b] += wa * z[i, k, b] + w * C[k, p, a, b]
 
-    The observed block is embedded as ``A = O Σ O + (I - O)`` (O = diag(pattern)), whose
-    Cholesky factor gives ``log det Σ_oo`` and whose inverse minus ``I - O`` is
-    ``Σ_oo^{-1}`` padded with zeros. Then ``Σ Q y`` completes a centred row (its missing
-    part is ``Σ_mo Σ_oo^{-1} y_o``) and ``C = Σ - Σ Q Σ`` is the conditional covariance
-    of the missing block (zero elsewhere).
+
+@njit(cache=True)
+def _second_moments_diag(z, r, C, pat, owner, out):
+    n, K, d = z.shape
+    for i in range(n):
+        s, p = owner[i], pat[i]
+        for k in range(K):
+            w = r[i, k]
+            for a in range(d):
+                out[s, k, a] += w * (z[i, k, a] * z[i, k, a] + C[k, p, a, a])
+
+
+def second_moment_sums(z, r, C, pat, owner, out):
+    """Add ``Σ_rows r_k (z_k z_kᵀ + C_{k,pattern})`` into ``out`` per segment, in place.
+
+    A compiled loop over rows (no (n, K, d, d) temporaries); full matrices get their
+    upper triangle only, see :func:`mirror_upper`.
+
+    Parameters
+    ----------
+    z : ndarray of shape (c, K, d)
+    r : ndarray of shape (c, K)
+    C : ndarray of shape (K, P, d, d)
+    pat, owner : ndarray of int of shape (c,)
+        Pattern and segment of each row.
+    out : ndarray of shape (n_seg, K, d, d) or (n_seg, K, d)
+        Diagonal second moments when 3-D.
+    """
+    args = (np.ascontiguousarray(z), np.ascontiguousarray(r), C, np.ascontiguousarray(pat),
+            np.ascontiguousarray(owner), out)
+    (_second_moments_full if out.ndim == 4 else _second_moments_diag)(*args)
+
+
+def mirror_upper(S):
+    """In place: copy the strict upper triangle of (..., d, d) blocks to the lower one."""
+    iu, ju = np.triu_indices(S.shape[-1], 1)
+    S[..., ju, iu] = S[..., iu, ju]
+    return S
+
+
+def gaussian_blocks(covs, patterns):
+    """Per component and pattern: conditional covariance of the missing block and
+    ``log det Σ_oo``.
+
+    By the Schur complement, with ``P = Σ⁻¹``: ``Σ_oo⁻¹ = P_oo − P_om P_mm⁻¹ P_mo``,
+    ``C_mm = Σ_mm − Σ_mo Σ_oo⁻¹ Σ_om = P_mm⁻¹`` and ``log det Σ_oo = log det Σ +
+    log det P_mm``. So each pattern's observed block is handled by one Cholesky
+    factorisation of its ``|m| × |m|`` block ``P_mm`` -- equivalent to factorising
+    Σ_oo, and much cheaper when few entries are missing. Patterns are batched by
+    their number of missing entries (a loop over sizes, not over rows or clients).
 
     Parameters
     ----------
     covs : ndarray of shape (K, d, d)
         Symmetric positive definite.
     patterns : ndarray of bool of shape (P, d)
+        True = observed.
 
     Returns
     -------
-    Q : ndarray of shape (K, P, d, d)
-        ``Σ_oo^{-1}`` zero-padded.
+    prec : ndarray of shape (K, d, d)
+        ``Σ_k⁻¹``.
     C : ndarray of shape (K, P, d, d)
-        Conditional covariance of the missing block, zero-padded.
+        ``C_mm`` zero-padded to (d, d).
     logdet : ndarray of shape (K, P)
         ``log det Σ_oo`` (0 for a pattern with nothing observed).
     """
-    o = patterns.astype(np.float64)
-    oo = o[:, :, None] * o[:, None, :]
-    pad = np.eye(o.shape[1])[None] * (1.0 - o)[:, None, :]
-    A = covs[:, None] * oo[None] + pad[None]
-    L = np.linalg.cholesky(A)
-    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    K, d, _ = covs.shape
+    L = np.linalg.cholesky(covs)
     Linv = np.linalg.inv(L)
-    Q = np.swapaxes(Linv, -1, -2) @ Linv - pad[None]
-    Q *= oo[None]
-    SQ = covs[:, None] @ Q
-    mm = (1.0 - o)[:, :, None] * (1.0 - o)[:, None, :]
-    C = (covs[:, None] - SQ @ covs[:, None]) * mm[None]
-    return Q, 0.5 * (C + np.swapaxes(C, -1, -2)), logdet
+    prec = np.swapaxes(Linv, -1, -2) @ Linv
+    logdet = np.repeat(2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)[:, None],
+                       patterns.shape[0], axis=1)
+    C = np.zeros((K, patterns.shape[0], d, d))
+    n_miss = d - patterns.sum(axis=1)
+    for size in np.unique(n_miss[n_miss > 0]):  # at most d sizes
+        rows = np.flatnonzero(n_miss == size)
+        idx = np.nonzero(~patterns[rows])[1].reshape(rows.size, size)
+        ii, jj = idx[:, :, None], idx[:, None, :]
+        Pmm = prec[:, ii, jj]
+        Lm = np.linalg.cholesky(Pmm)
+        logdet[:, rows] += 2.0 * np.sum(np.log(np.diagonal(Lm, axis1=-2, axis2=-1)), axis=-1)
+        Lmi = np.linalg.inv(Lm)
+        C[:, rows[:, None, None], ii, jj] = np.swapaxes(Lmi, -1, -2) @ Lmi
+    return prec, C, logdet
 
 
-def gaussian_conditionals(X, observed, pat, means, covs, Q, logdet):
+def gaussian_conditionals(X, observed, pat, means, blocks):
     """Completed centred rows and observed-block log-densities for each component.
 
     Parameters
@@ -120,19 +184,19 @@ def gaussian_conditionals(X, observed, pat, means, covs, Q, logdet):
         Rows (NaN where missing).
     observed : ndarray of bool of shape (c, d)
     pat : ndarray of int of shape (c,)
-        Pattern index of each row (into ``Q`` / ``logdet``).
+        Pattern index of each row (into the blocks).
     means : ndarray of shape (K, d)
-    covs : ndarray of shape (K, d, d)
-    Q, logdet : from :func:`gaussian_blocks`
+    blocks : tuple (prec, C, logdet) from :func:`gaussian_blocks`
 
     Returns
     -------
     yhat : ndarray of shape (c, K, d)
-        ``E[x | x_o, k] - mu_k``: observed entries are ``x_o - mu_k,o``; missing ones
-        ``Σ_mo Σ_oo^{-1} (x_o - mu_o)``.
+        ``E[x | x_o, k] − μ_k``: observed entries ``x_o − μ_k,o``, missing ones
+        ``Σ_mo Σ_oo⁻¹ (x_o − μ_o) = −P_mm⁻¹ P_mo (x_o − μ_o)``.
     logp : ndarray of shape (c, K)
-        ``log N(x_o; mu_k,o, Σ_k,oo)`` (0 for a row with nothing observed).
+        ``log N(x_o; μ_k,o, Σ_k,oo)`` (0 for a row with nothing observed).
     """
+    prec, C, logdet = blocks
     c, d = X.shape
     K = means.shape[0]
     n_obs = observed.sum(axis=1)
@@ -140,9 +204,11 @@ def gaussian_conditionals(X, observed, pat, means, covs, Q, logdet):
     logp = np.empty((c, K))
     for k in range(K):  # K is the number of components (small), not clients
         y = np.where(observed, X - means[k], 0.0)
-        u = np.einsum("nij,nj->ni", Q[k, pat], y)
-        logp[:, k] = -0.5 * (n_obs * LOG_2PI + logdet[k, pat] + np.sum(y * u, axis=1))
-        yhat[:, k] = np.where(observed, y, u @ covs[k])
+        u = y @ prec[k]
+        cu = np.einsum("nij,nj->ni", C[k, pat], u)
+        quad = np.sum(y * u, axis=1) - np.sum(u * cu, axis=1)
+        logp[:, k] = -0.5 * (n_obs * LOG_2PI + logdet[k, pat] + quad)
+        yhat[:, k] = np.where(observed, y, -cu)
     return yhat, logp
 
 
@@ -175,6 +241,28 @@ def nan_moments(X, observed=None):
     pair_n = obs.T @ obs
     cov = np.where(pair_n > 0, (Z.T @ Z) / np.maximum(pair_n, 1.0), 0.0)
     return mean, 0.5 * (cov + cov.T)
+
+
+def check_shift_scale(shift, scale, d):
+    """Validated public centre ``c`` (default zeros) and positive scales ``σ`` (default ones).
+
+    Returns
+    -------
+    shift, scale : ndarray of shape (d,)
+    """
+    shift = np.zeros(d) if shift is None else np.array(shift, dtype=np.float64).ravel()
+    scale = np.ones(d) if scale is None else np.array(scale, dtype=np.float64).ravel()
+    if shift.shape != (d,) or not np.all(np.isfinite(shift)):
+        raise ValueError(f"shift must be a finite array of shape ({d},).")
+    if scale.shape != (d,) or not np.all(np.isfinite(scale)) or (scale <= 0).any():
+        raise ValueError(f"scale must be a finite positive array of shape ({d},).")
+    return shift, scale
+
+
+def public_scale(cov):
+    """Standard deviations from a (pairwise) covariance, with zero variances set to 1."""
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return np.where(sd > 0, sd, 1.0)
 
 
 def check_missing_input(X, observed=None, *, fitting=True):

@@ -6,8 +6,8 @@ With ``z̃ = (z, 1)`` and, for the observed block ``o`` of a row,
 ``Cov[z | x_o] = G_o``. A missing coordinate ``x_j = μ_j + Λ_j z + ε_j`` contributes
 its conditional moments. Rows are grouped by missingness pattern: each pattern's
 ``G_o`` (k × k, the Woodbury form of Σ_oo⁻¹) and ``log det Σ_oo`` are computed once.
-Statistics (means over rows, on shifted data ``x − c``, SPEC §2): ``E[(x − c)∘(x − c)]``
-(d,), ``E[(x − c) z̃ᵀ]`` (d, k+1), ``E[z̃ z̃ᵀ]`` (k+1, k+1).
+Statistics (means over rows, on standardised data ``x̃ = (x − c) / σ``, SPEC §2):
+``E[x̃∘x̃]`` (d,), ``E[x̃ z̃ᵀ]`` (d, k+1), ``E[z̃ z̃ᵀ]`` (k+1, k+1).
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from scipy import linalg
 from .._linalg import safe_cholesky, symmetrize
 from .._validation import check_int
 from ..layout import StatLayout
-from ._missing_kernels import LOG_2PI, missing_patterns, nan_moments, rows_per_chunk, segment_sums
+from ._missing_kernels import (LOG_2PI, check_shift_scale, missing_patterns, nan_moments, rows_per_chunk,
+                               segment_sums)
 from .base import Model
 
 __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
@@ -181,10 +182,16 @@ class FactorAnalysisModel(Model):
     n_features : int
     n_factors : int
     shift : array-like of shape (n_features,), optional
-        Public centring point ``c``.
+        Public centring point ``c`` (default zeros).
+    scale : array-like of shape (n_features,), optional
+        Public positive scales ``σ`` (default ones), e.g. the global standard deviations.
 
     Notes
     -----
+    Statistics are computed on standardised data ``(x − c) / σ``: factor analysis is
+    scale equivariant, and commensurate blocks keep one quantisation norm from drowning
+    the small ones (SPEC §2 numerical care, extended from a shift to a scale). The
+    T-map works in those units and maps back (Λ_j σ_j, Ψ_j σ_j², c + σ μ̃).
     T-map: ``Λ̃ = S_xz̃ S_z̃z̃⁻¹ = [Λ, μ − c]``, ``Ψ = diag(S_xx − Λ̃ S_xz̃ᵀ)``. Projection for
     noisy ``s``: ``S_z̃z̃`` is symmetrised and, only if its Cholesky factorisation fails,
     eigenvalue-floored (:func:`fedemstats._linalg.safe_cholesky`); each ``Ψ_j`` is
@@ -193,13 +200,11 @@ class FactorAnalysisModel(Model):
 
     allow_nan = True
 
-    def __init__(self, n_features, n_factors, shift=None):
+    def __init__(self, n_features, n_factors, shift=None, scale=None):
         self.n_features = check_int(n_features, "n_features")
         self.n_factors = check_int(n_factors, "n_factors")
         d, k = self.n_features, self.n_factors
-        self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
-        if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
-            raise ValueError(f"shift must be a finite array of shape ({d},).")
+        self.shift, self.scale = check_shift_scale(shift, scale, d)
         self.layout = StatLayout([("sum_xx", (d,)), ("sum_xz", (d, k + 1)), ("sum_zz", (k + 1, k + 1))])
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
@@ -208,13 +213,28 @@ class FactorAnalysisModel(Model):
         Returns
         -------
         stats : ndarray of shape (n_active, q)
+            On standardised data ``(x − c) / σ``.
         loglik : ndarray of shape (n_active,)
+            In the original units.
         """
         X, seg = federation.select(clients, batch, rng)
-        fn = lambda Xa, obs, pat, blocks: _row_stats(Xa, obs, pat, theta, blocks, self.shift)  # noqa: E731
-        sums = _chunked(X, theta, fn, self.q + 1, seg)
+        Xs = (X - self.shift) / self.scale
+        std = self._standardised(theta)
+        log_scale = np.log(self.scale)
+
+        def fn(Xa, obs, pat, blocks):
+            rows = _row_stats(Xa, obs, pat, std, blocks, np.zeros(self.n_features))
+            rows[:, -1] -= obs @ log_scale  # Jacobian of the standardisation
+            return rows
+
+        sums = _chunked(Xs, std, fn, self.q + 1, seg)
         sums /= np.diff(seg)[:, None]
         return sums[:, :self.q], sums[:, self.q].copy()
+
+    def _standardised(self, theta):
+        """``theta`` in the units of ``(x − c) / σ`` (factor analysis is scale equivariant)."""
+        return FactorParams(theta.components / self.scale, theta.noise_variance / self.scale ** 2,
+                            (theta.mean - self.shift) / self.scale)
 
     def t_map(self, s) -> FactorParams:
         """Total M-step (see class Notes).
@@ -233,8 +253,8 @@ class FactorAnalysisModel(Model):
         sxx = parts["sum_xx"]
         psi = sxx - np.sum(lam * parts["sum_xz"], axis=1)
         psi = np.maximum(psi, np.maximum(NOISE_REL_FLOOR * np.abs(sxx), NOISE_ABS_FLOOR))
-        k = self.n_factors
-        return FactorParams(lam[:, :k].T.copy(), psi, lam[:, k] + self.shift)
+        k, sd = self.n_factors, self.scale
+        return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""

@@ -3,8 +3,8 @@
 For a row with observed block ``o`` and missing block ``m`` the E-step completes the
 row with ``x̂_m = μ_m + Σ_mo Σ_oo⁻¹ (x_o − μ_o)`` and adds the conditional covariance
 ``C_mm = Σ_mm − Σ_mo Σ_oo⁻¹ Σ_om`` to the second moment. Rows are grouped by
-missingness pattern (each pattern's Σ_oo is factorised once, see
-:func:`._missing_kernels.gaussian_blocks`). The row kernel here is written for a
+missingness pattern and each pattern's observed block is factorised once, in its
+Schur-complement form (see :func:`._missing_kernels.gaussian_blocks`). The row kernel here is written for a
 mixture of K Gaussians (responsibilities from the observed block), so that
 :mod:`.gmm_missing` reuses it; this model is the K = 1 case without a weight block.
 Second moments are taken about a public shift ``c`` (SPEC §2 numerical care).
@@ -18,16 +18,12 @@ import numpy as np
 from .._linalg import logsumexp, safe_cholesky, symmetrize
 from .._validation import check_int, check_positive, check_rng
 from ..layout import StatLayout
-from ._missing_kernels import (gaussian_blocks, gaussian_conditionals, missing_patterns,
-                               nan_moments, rows_per_chunk, segment_sums)
+from ._missing_kernels import (check_shift_scale, gaussian_blocks, gaussian_conditionals, mirror_upper,
+                               missing_patterns, nan_moments, rows_per_chunk, second_moment_sums)
 from .base import Model
 
-__all__ = ["GaussianParams", "GaussianMissingModel", "mixture_row_stats",
+__all__ = ["GaussianParams", "GaussianMissingModel", "mixture_segment_stats",
            "mixture_log_likelihood", "impute_mixture", "init_gaussian"]
-
-#: Per-row temporaries of the mixture kernel: gathered Q and C, and the outer product.
-_TEMPS_PER_ROW = 3
-
 
 @dataclass(frozen=True, eq=False)
 class GaussianParams:
@@ -43,53 +39,73 @@ class GaussianParams:
     covariance: np.ndarray
 
 
-def mixture_row_stats(X, observed, pat, weights, means, covs, blocks, shift, diag=False):
-    """Per-row conditional expected statistics of a Gaussian mixture with missing values.
-
-    Parameters
-    ----------
-    X : ndarray of shape (c, d)
-    observed : ndarray of bool of shape (c, d)
-    pat : ndarray of int of shape (c,)
-    weights : ndarray of shape (K,)
-    means : ndarray of shape (K, d)
-    covs : ndarray of shape (K, d, d)
-    blocks : tuple (Q, C, logdet) from :func:`gaussian_blocks`
-    shift : ndarray of shape (d,)
-    diag : bool, default=False
-        Return only the diagonal of the second moments (diagonal covariances).
-
-    Returns
-    -------
-    rows : ndarray of shape (c, K + K*d + K*d2 + 1)
-        ``[r_k, r_k (x̂_k − c), r_k ((x̂_k − c)(x̂_k − c)ᵀ + C_k), loglik]`` with
-        ``d2 = d`` if ``diag`` else ``d*d``.
-    """
-    Q, C, logdet = blocks
-    yhat, logp = gaussian_conditionals(X, observed, pat, means, covs, Q, logdet)
+def _responsibilities(logp, weights):
+    """Log-likelihood (c,) and responsibilities (c, K) from component log-densities."""
     with np.errstate(divide="ignore"):
         wlp = logp + np.log(weights)[None, :]
     ll = logsumexp(wlp, axis=1)
-    r = np.exp(wlp - ll[:, None])
-    z = yhat + (means - shift)[None]
-    c = X.shape[0]
-    Cr = np.swapaxes(C[:, pat], 0, 1)
-    if diag:
-        s2 = r[:, :, None] * (z ** 2 + np.diagonal(Cr, axis1=-2, axis2=-1))
-    else:
-        s2 = r[:, :, None, None] * (z[..., :, None] * z[..., None, :] + Cr)
-    return np.concatenate([r, (r[:, :, None] * z).reshape(c, -1), s2.reshape(c, -1), ll[:, None]], axis=1)
+    return ll, np.exp(wlp - ll[:, None])
 
 
-def _pass(X, weights, means, covs, row_fn_factory, width, seg=None):
-    """Group ``X`` by pattern, factorise the blocks once, then run a chunked segment pass."""
+def mixture_segment_stats(X, seg, weights, means, covs, shift, diag=False):
+    """Per-segment sums of the conditional expected statistics of a Gaussian mixture.
+
+    Rows are grouped by missingness pattern once; first-order parts are summed per
+    chunk of rows with ``np.add.reduceat`` and second moments by a compiled loop
+    (:func:`._missing_kernels.second_moment_sums`), in one pass over all segments.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), NaN where missing
+    seg : ndarray of int of shape (n_seg + 1,)
+        Segment (client) boundaries.
+    weights : ndarray of shape (K,)
+    means : ndarray of shape (K, d)
+    covs : ndarray of shape (K, d, d)
+    shift : ndarray of shape (d,)
+        Public centre ``c`` of the moments.
+    diag : bool, default=False
+        Diagonal second moments only.
+
+    Returns
+    -------
+    first : ndarray of shape (n_seg, K + K*d + 1)
+        Sums of ``[r_k, r_k (x̂_k − c), loglik]``.
+    second : ndarray of shape (n_seg, K, d, d) or (n_seg, K, d)
+        Sums of ``r_k ((x̂_k − c)(x̂_k − c)ᵀ + C_k,mm)`` (diag: the diagonal).
+    """
+    K, d = means.shape
+    n, n_seg = X.shape[0], seg.size - 1
+    observed = ~np.isnan(X)
+    patterns, pat = missing_patterns(observed)
+    blocks = gaussian_blocks(covs, patterns)
+    owner = np.repeat(np.arange(n_seg), np.diff(seg))
+    first = np.zeros((n_seg, K + K * d + 1))
+    second = np.zeros((n_seg, K, d) if diag else (n_seg, K, d, d))
+    for a in range(0, n, rows_per_chunk(K * d * d)):
+        b = min(n, a + rows_per_chunk(K * d * d))
+        yhat, logp = gaussian_conditionals(X[a:b], observed[a:b], pat[a:b], means, blocks)
+        ll, r = _responsibilities(logp, weights)
+        z = yhat + (means - shift)[None]
+        rows = np.concatenate([r, (r[:, :, None] * z).reshape(b - a, -1), ll[:, None]], axis=1)
+        own = owner[a:b]
+        heads = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
+        first[own[heads]] += np.add.reduceat(rows, heads, axis=0)
+        second_moment_sums(z, r, blocks[1], pat[a:b], own, second)
+    return first, second if diag else mirror_upper(second)
+
+
+def _chunks(X, means, covs):
+    """Yield ``(slice, yhat, logp, observed, pat, blocks)`` over row chunks of ``X``."""
     observed = ~np.isnan(X)
     patterns, pat = missing_patterns(observed)
     blocks = gaussian_blocks(covs, patterns)
     K, d = means.shape
-    seg = np.array([0, X.shape[0]]) if seg is None else seg
-    fn = row_fn_factory(X, observed, pat, blocks)
-    return segment_sums(fn, seg, width, rows_per_chunk(_TEMPS_PER_ROW * K * d * d))
+    step = rows_per_chunk(K * d * d)
+    for a in range(0, X.shape[0], step):
+        sl = slice(a, min(X.shape[0], a + step))
+        yhat, logp = gaussian_conditionals(X[sl], observed[sl], pat[sl], means, blocks)
+        yield sl, yhat, logp, observed[sl], pat[sl], blocks
 
 
 def mixture_log_likelihood(X, weights, means, covs):
@@ -102,21 +118,9 @@ def mixture_log_likelihood(X, weights, means, covs):
     means : ndarray of shape (K, d)
     covs : ndarray of shape (K, d, d)
     """
-    n = X.shape[0]
-    if n == 0:
-        return np.zeros(0)
-    out = np.empty(n)
-
-    def factory(Xa, observed, pat, blocks):
-        def fn(a, b):
-            _, logp = gaussian_conditionals(Xa[a:b], observed[a:b], pat[a:b], means, covs,
-                                            blocks[0], blocks[2])
-            with np.errstate(divide="ignore"):
-                out[a:b] = logsumexp(logp + np.log(weights)[None, :], axis=1)
-            return np.zeros((b - a, 1))
-        return fn
-
-    _pass(X, weights, means, covs, factory, 1)
+    out = np.zeros(X.shape[0])
+    for sl, _, logp, _, _, _ in _chunks(X, means, covs):
+        out[sl] = _responsibilities(logp, weights)[0]
     return out
 
 
@@ -128,7 +132,7 @@ def impute_mixture(X, weights, means, covs, rng=None, sample=False):
     X : ndarray of shape (n, d), NaN where missing
     weights, means, covs : mixture parameters of shapes (K,), (K, d), (K, d, d)
     rng : numpy.random.Generator, optional
-        Required when ``sample``.
+        Used when ``sample``.
     sample : bool, default=False
         ``False``: ``E[x_m | x_o] = Σ_k r_k(x_o) x̂_{k,m}``. ``True``: draw the component
         ``k ~ r(x_o)`` and then ``x_m ~ N(x̂_{k,m}, C_{k,mm})``.
@@ -137,32 +141,20 @@ def impute_mixture(X, weights, means, covs, rng=None, sample=False):
     -------
     ndarray of shape (n, d)
     """
-    X = np.array(X, dtype=np.float64)
-    if X.shape[0] == 0:
-        return X
+    X = np.asarray(X, dtype=np.float64)
+    out = X.copy()
     rng = check_rng(rng) if sample else None
-
-    def factory(Xa, observed, pat, blocks):
-        chol = _conditional_cholesky(blocks[1]) if sample else None
-
-        def fn(a, b):
-            obs = observed[a:b]
-            yhat, logp = gaussian_conditionals(Xa[a:b], obs, pat[a:b], means, covs,
-                                               blocks[0], blocks[2])
-            with np.errstate(divide="ignore"):
-                wlp = logp + np.log(weights)[None, :]
-            r = np.exp(wlp - logsumexp(wlp, axis=1)[:, None])
-            full = yhat + means[None]
-            if sample:
-                fill = _draw(full, r, chol, pat[a:b], obs, rng)
-            else:
-                fill = np.einsum("nk,nkd->nd", r, full)
-            X[a:b] = np.where(obs, Xa[a:b], fill)
-            return np.zeros((b - a, 1))
-        return fn
-
-    _pass(X.copy(), weights, means, covs, factory, 1)
-    return X
+    chol = None
+    for sl, yhat, logp, obs, pat, blocks in _chunks(X, means, covs):
+        r = _responsibilities(logp, weights)[1]
+        full = yhat + means[None]
+        if sample:
+            chol = _conditional_cholesky(blocks[1]) if chol is None else chol
+            fill = _draw(full, r, chol, pat, obs, rng)
+        else:
+            fill = np.einsum("nk,nkd->nd", r, full)
+        out[sl] = np.where(obs, X[sl], fill)
+    return out
 
 
 def _conditional_cholesky(C):
@@ -211,28 +203,30 @@ class GaussianMissingModel(Model):
     ----------
     n_features : int
     reg_covar : float, default=1e-6
-        Added to the covariance diagonal in the T-map.
+        Added to the covariance diagonal in the T-map (original units).
     shift : array-like of shape (n_features,), optional
         Public centring point ``c`` (e.g. the global mean of the observed values).
+    scale : array-like of shape (n_features,), optional
+        Public positive scales ``σ`` (e.g. global standard deviations); default ones.
 
     Notes
     -----
-    Statistics: ``sum_x`` = mean of ``E[x − c | x_o]`` (d,) and ``sum_xx`` = mean of
-    ``E[(x − c)(x − c)ᵀ | x_o]`` (d, d). T-map: ``μ = S1 + c``, ``Σ = S2 − S1 S1ᵀ +
-    reg_covar I``, symmetrised; only if its Cholesky factorisation fails are its
-    eigenvalues floored (:func:`fedemstats._linalg.safe_cholesky`). Any finite ``s``
-    therefore maps to valid parameters.
+    Statistics on standardised data ``x̃ = (x − c) / σ`` (SPEC §2 numerical care; the
+    scale keeps columns of very different units commensurate under one quantisation
+    norm): ``sum_x`` = mean of ``E[x̃ | x_o]`` (d,), ``sum_xx`` = mean of
+    ``E[x̃ x̃ᵀ | x_o]`` (d, d). T-map: ``μ = c + σ∘S1``,
+    ``Σ = D(S2 − S1 S1ᵀ)D + reg_covar I`` with ``D = diag(σ)``, symmetrised; only if
+    its Cholesky factorisation fails are its eigenvalues floored
+    (:func:`fedemstats._linalg.safe_cholesky`). Any finite ``s`` maps to valid parameters.
     """
 
     allow_nan = True
 
-    def __init__(self, n_features, reg_covar=1e-6, shift=None):
+    def __init__(self, n_features, reg_covar=1e-6, shift=None, scale=None):
         self.n_features = check_int(n_features, "n_features")
         self.reg_covar = check_positive(reg_covar, "reg_covar", strict=False)
         d = self.n_features
-        self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
-        if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
-            raise ValueError(f"shift must be a finite array of shape ({d},).")
+        self.shift, self.scale = check_shift_scale(shift, scale, d)
         self.layout = StatLayout([("sum_x", (d,)), ("sum_xx", (d, d))])
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
@@ -242,19 +236,18 @@ class GaussianMissingModel(Model):
         -------
         stats : ndarray of shape (n_active, q)
         loglik : ndarray of shape (n_active,)
+            In the original units.
         """
         X, seg = federation.select(clients, batch, rng)
-        d = self.n_features
-        means, covs = theta.mean[None], theta.covariance[None]
-        ones = np.ones(1)
-
-        def factory(Xa, observed, pat, blocks):
-            return lambda a, b: mixture_row_stats(Xa[a:b], observed[a:b], pat[a:b], ones, means, covs,
-                                                  blocks, self.shift)[:, 1:]
-
-        sums = _pass(X, ones, means, covs, factory, d + d * d + 1, seg)
-        sums /= np.diff(seg)[:, None]
-        return sums[:, :self.q], sums[:, self.q].copy()
+        sd = self.scale
+        first, second = mixture_segment_stats((X - self.shift) / sd, seg, np.ones(1),
+                                              ((theta.mean - self.shift) / sd)[None],
+                                              (theta.covariance / np.outer(sd, sd))[None],
+                                              np.zeros(self.n_features))
+        counts = np.diff(seg)[:, None]
+        stats = np.concatenate([first[:, 1:-1], second.reshape(seg.size - 1, -1)], axis=1) / counts
+        jacobian = np.add.reduceat(~np.isnan(X) @ np.log(sd), seg[:-1]) if X.shape[0] else 0.0
+        return stats, (first[:, -1] - jacobian) / counts[:, 0]
 
     def t_map(self, s) -> GaussianParams:
         """Total M-step (see class Notes).
@@ -268,11 +261,11 @@ class GaussianMissingModel(Model):
         if s.shape != (self.q,) or not np.all(np.isfinite(s)):
             raise ValueError(f"s must be a finite vector of shape ({self.q},).")
         parts = self.layout.unpack(s)
-        m = parts["sum_x"]
-        cov = symmetrize(parts["sum_xx"] - np.outer(m, m))
+        m, sd = parts["sum_x"], self.scale
+        cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))
         cov.flat[:: self.n_features + 1] += self.reg_covar
         _, cov, _ = safe_cholesky(cov, self.reg_covar)
-        return GaussianParams(m + self.shift, cov)
+        return GaussianParams(self.shift + sd * m, cov)
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""

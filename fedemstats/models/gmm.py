@@ -278,8 +278,9 @@ class GaussianMixtureModel(Model):
             batch = check_int(batch, "batch")
         X, seg = federation.select(clients, batch, rng)
         means, tri, diag, const = _kernel_arrays(theta, self.shift)
-        sums = _k.segment_sums(X, seg, self.shift, means, tri, diag, const,
-                               _CODES[self.covariance_type], self.q, bool(hard), get_num_threads())
+        kernel = _k.segment_sums if X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS else _k.segment_sums_serial
+        sums = kernel(X, seg, self.shift, means, tri, diag, const,
+                        _CODES[self.covariance_type], self.q, bool(hard), get_num_threads())
         sums /= np.diff(seg)[:, None]
         stats = sums[:, :self.q]
         if self.covariance_type in ("full", "tied"):

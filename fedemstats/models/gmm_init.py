@@ -54,11 +54,12 @@ def _local_kmeans(Xi, k, rng):
         centers.append(Xi[rng.choice(Xi.shape[0], p=p)])
         d2 = np.minimum(d2, np.sum((Xi - centers[-1]) ** 2, axis=1))
     C = np.array(centers)
+    sq_rows = np.sum(Xi ** 2, 1)[:, None]
     for _ in range(LOCAL_LLOYD_ITER):
-        labels = np.argmin(np.sum(Xi ** 2, 1)[:, None] - 2 * Xi @ C.T + np.sum(C ** 2, 1), axis=1)
-        counts = np.bincount(labels, minlength=k)
-        sums = np.zeros_like(C)
-        np.add.at(sums, labels, Xi)
+        labels = np.argmin(sq_rows - 2 * Xi @ C.T + np.sum(C ** 2, 1), axis=1)
+        onehot = (labels[:, None] == np.arange(k)).astype(np.float64)
+        counts = onehot.sum(axis=0).astype(np.int64)
+        sums = onehot.T @ Xi
         nonempty = counts > 0
         C[nonempty] = sums[nonempty] / counts[nonempty, None]
     return C, counts

@@ -14,7 +14,7 @@ import numpy as np
 from .._linalg import safe_cholesky
 from .._validation import check_rng
 from ..federation import Federation
-from .gaussian_missing import _pass, impute_mixture, mixture_log_likelihood, mixture_row_stats
+from .gaussian_missing import impute_mixture, mixture_log_likelihood, mixture_segment_stats
 from .gmm import GaussianMixtureModel, GMMParams, make_params
 from .gmm_init import init_kmeans_summaries
 from ._missing_kernels import nan_moments
@@ -71,16 +71,11 @@ class GaussianMixtureMissingModel(GaussianMixtureModel):
         """
         self._check_theta(theta)
         X, seg = federation.select(clients, batch, rng)
-        covs = _full_covariances(theta)
-        diag = self.covariance_type == "diag"
-
-        def factory(Xa, observed, pat, blocks):
-            return lambda a, b: mixture_row_stats(Xa[a:b], observed[a:b], pat[a:b], theta.weights,
-                                                  theta.means, covs, blocks, self.shift, diag)
-
-        sums = _pass(X, theta.weights, theta.means, covs, factory, self.q + 1, seg)
-        sums /= np.diff(seg)[:, None]
-        return sums[:, :self.q], sums[:, self.q].copy()
+        first, second = mixture_segment_stats(X, seg, theta.weights, theta.means, _full_covariances(theta),
+                                              self.shift, self.covariance_type == "diag")
+        counts = np.diff(seg)[:, None]
+        stats = np.concatenate([first[:, :-1], second.reshape(seg.size - 1, -1)], axis=1) / counts
+        return stats, first[:, -1] / counts[:, 0]
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""

@@ -82,7 +82,11 @@ def client_list(data, y=None, model=None):
 
 
 class GateLayout:
-    """Group structure of an :class:`MLP` for group gates.
+    """Group structure of an :class:`MLP` for unit gates (one gate per unit: incoming weights + bias).
+
+    Per-layer reductions replace ``bincount`` over the ``n_params`` group ids:
+    on the 2NN they are several times faster, and the client loop runs them
+    every mini-batch.
 
     Parameters
     ----------
@@ -92,39 +96,55 @@ class GateLayout:
 
     Attributes
     ----------
-    groups : ndarray of int64 of shape (n_params,)
-        Unit whose gate multiplies each parameter.
-    source : ndarray of int64 of shape (n_params,)
-        Hidden unit whose activation a weight multiplies; -1 for input weights and biases.
+    n_groups : int
     sizes : ndarray of shape (n_groups,)
         Parameters per group, ``|g|``.
     prunable : ndarray of bool of shape (n_groups,)
     """
 
     def __init__(self, model, prune_output=False):
-        self.groups = model.neuron_groups()
         self.n_groups = int(model.n_groups)
-        self.sizes = np.bincount(self.groups, minlength=self.n_groups).astype(np.float64)
+        self.n_params = int(model.n_params)
+        self.layers = []  # (weight slice, bias slice, n_in, n_out, first unit id)
+        first = 0
+        for (ws, bs), n_in, n_out in zip(model.layer_slices, model.layer_sizes[:-1], model.layer_sizes[1:]):
+            self.layers.append((ws, bs, n_in, n_out, first))
+            first += n_out
+        self.sizes = np.concatenate([np.full(n_out, n_in + 1.0) for _, _, n_in, n_out, _ in self.layers])
         self.prunable = np.ones(self.n_groups, dtype=bool)
         if not prune_output:
             self.prunable[self.n_groups - model.layer_sizes[-1]:] = False
-        self.source = np.full(model.n_params, -1, dtype=np.int64)
-        first = 0  # id of the first unit of the layer feeding the current weights
-        for i, ((ws, _), n_in, n_out) in enumerate(zip(model.layer_slices, model.layer_sizes[:-1],
-                                                       model.layer_sizes[1:])):
-            if i > 0:
-                self.source[ws] = np.repeat(first + np.arange(n_in), n_out)  # row r of W = unit r
-                first += n_in
+
+    def group_dot(self, a, b):
+        """Per-group inner products ``sum_{j in g} a_j b_j``, shape (n_groups,)."""
+        out = np.empty(self.n_groups)
+        for ws, bs, n_in, n_out, first in self.layers:
+            A, B = a[ws].reshape(n_in, n_out), b[ws].reshape(n_in, n_out)
+            out[first:first + n_out] = np.einsum("ij,ij->j", A, B) + a[bs] * b[bs]
+        return out
 
     def norms(self, w):
         """Group L2 norms ``||w_g||``, shape (n_groups,)."""
-        return np.sqrt(np.bincount(self.groups, weights=w * w, minlength=self.n_groups))
+        return np.sqrt(self.group_dot(w, w))
+
+    def expand(self, z, out=None):
+        """Per-parameter copy of the group values ``z`` (n_groups,), shape (n_params,)."""
+        out = np.empty(self.n_params, dtype=np.asarray(z).dtype) if out is None else out
+        for ws, bs, n_in, n_out, first in self.layers:
+            out[ws].reshape(n_in, n_out)[...] = z[first:first + n_out]
+            out[bs] = z[first:first + n_out]
+        return out
 
     def param_on(self, z):
-        """Parameters that matter when the units with ``z`` (bool, (n_groups,)) are on, (n_params,)."""
-        on = z[self.groups]
-        fed_by = self.source >= 0
-        on[fed_by] &= z[self.source[fed_by]]
+        """Parameters that matter when the units with ``z`` (bool, (n_groups,)) are on, (n_params,).
+
+        A weight matters when its own unit is on and, past the first layer, the
+        hidden unit feeding it too (an off unit outputs ReLU(0) = 0).
+        """
+        on = self.expand(np.asarray(z, dtype=bool))
+        for i, (ws, _, n_in, n_out, _) in enumerate(self.layers[1:]):
+            prev_first = self.layers[i][4]
+            on[ws].reshape(n_in, n_out)[...] &= z[prev_first:prev_first + n_in, None]
         return on
 
 
@@ -193,12 +213,12 @@ def _client_grads(model, lay, w_s, v_s, theta_logit, Xb, yb, cfg, active_groups,
     z, dz = hard_concrete(logit, rng)
     z[~lay.prunable], dz[~lay.prunable] = 1.0, 0.0
     z[~active_groups], dz[~active_groups] = 0.0, 0.0
-    zp = z[lay.groups]
+    zp = lay.expand(z)
     loss, g_eff = model.loss_and_grad(w_s * zp, Xb, yb)
     dlogit_dv = -expit(v_s) / cfg["temperature"]  # d softplus / dv = sigmoid(v)
     pi = expit(logit)
     dpi_dv = pi * (1.0 - pi) * dlogit_dv
-    dloss_dz = np.bincount(lay.groups, weights=g_eff * w_s, minlength=lay.n_groups)
+    dloss_dz = lay.group_dot(g_eff, w_s)
     grad_v = dloss_dz * dz * dlogit_dv
     grad_v += (cfg["lambda0"] * lay.sizes - cfg["ce_weight"] * theta_logit) / cfg["n_rows"] * dpi_dv
     grad_v[~(active_groups & lay.prunable)] = 0.0
@@ -301,8 +321,9 @@ def _wire(x, cfg):
 
 def _round(model, lay, state, clients, active, pi, cfg, rng):
     """Broadcast, local updates, server step; returns (uplink bits, downlink bits, values up, loss, info)."""
-    live = lay.param_on(state["alive"])
-    n_gates = int((state["alive"] & lay.prunable).sum())
+    state_alive = state["alive"].copy()
+    live = lay.param_on(state_alive)
+    n_gates = int((state_alive & lay.prunable).sum())
     bits = cfg["bits"]
     # Down: live weights, one threshold per live gate, the live-group bit mask.
     down = active.size * (int(live.sum()) * bits + n_gates * bits + int(lay.prunable.sum()))
@@ -319,7 +340,8 @@ def _round(model, lay, state, clients, active, pi, cfg, rng):
     weights = np.array([clients[k][1].size for k in active], dtype=np.float64) / pi
     _server_step(state, uploads, zs, weights, lay, cfg)
     loss = float(weights @ np.array(losses) / weights.sum())
-    return up, down, values_up, loss, {"z": zs, "uploads": uploads, "active": active}
+    info = {"z": zs, "uploads": uploads, "active": active, "alive": state_alive, "w_sent": sent_w}
+    return up, down, values_up, loss, info
 
 
 def _accuracy(model, w, eval_data):
@@ -370,7 +392,8 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
     verbose : bool
     callback : callable(round, info), optional
         ``info`` has the round's ``z`` (list of bool (n_groups,)), ``uploads``
-        (list of (n_params,) arrays, zero where nothing was sent), ``active``.
+        (list of (n_params,) arrays, zero where nothing was sent), ``active``,
+        and the broadcast ``alive`` (n_groups,) and ``w_sent`` (n_params,).
 
     Returns
     -------

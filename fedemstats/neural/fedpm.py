@@ -1,0 +1,263 @@
+"""FedPM with the entropy regulariser (paper 002) on a fixed random MLP.
+
+The weights never change: every weight is a signed constant ``±sigma_kaiming``
+(``sqrt(2 / fan_in)``, signs from a seed the server broadcasts once; biases are
+zero and not masked, as in the supermask literature). What is learnt is a
+probability mask ``theta`` over the weights (paper 002, eq. 3-8):
+
+* client: scores ``s = logit(theta)``; each mini-batch samples
+  ``m ~ Bernoulli(sigmoid(s))`` and backpropagates through ``w = c * m`` with a
+  straight-through estimator ``dm/dtheta = 1`` (eq. 7); the loss is the mean
+  cross-entropy plus ``lam * mean(theta)`` (eq. 12, the proxy of the mask
+  entropy; ``lam = 0`` is plain FedPM). After training it uploads **one**
+  sampled mask, entropy coded (:mod:`.coding`).
+* server: Beta-Bernoulli aggregation with ``alpha = beta = 1`` reset every
+  round, whose posterior mode is the mean of the masks (eq. 8), clipped to
+  ``[eps, 1 - eps]`` so that scores stay finite.
+
+Bits per parameter are reported two ways: the actual coded size / N and the
+binary-entropy estimate ``H(mean(m))`` of eq. 13.
+
+The Top-k baseline of :mod:`.baselines` re-uses this loop with a different
+mask rule (:class:`TopKRule`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, logit
+
+from .._validation import check_int, check_positive, check_rng
+from ..ledger import BitLedger
+from .coding import coded_bits, empirical_entropy_bits
+from .fedsparse import client_list
+from .hard_em import _sampler_for, check_batch_size, make_client_sampler
+from .optim import Adam
+
+__all__ = ["FedPMResult", "BernoulliRule", "run_fedpm", "signed_constants"]
+
+logger = logging.getLogger(__name__)
+
+# The broadcast seed of the signed constants and of the initial mask (round 1 downlink).
+SEED_BITS = 64
+
+
+def signed_constants(model, seed):
+    """Fixed weights ``±sqrt(2 / fan_in)`` (signed Kaiming constant, paper 002 section IV).
+
+    Parameters
+    ----------
+    model : MLP
+    seed : int
+        Shared by server and clients, so the weights never travel.
+
+    Returns
+    -------
+    index : ndarray of int64 of shape (n_weights,)
+        Positions of the weights (not the biases) in the flat parameter vector.
+    constants : ndarray of shape (n_weights,)
+    """
+    rng = np.random.default_rng(seed)
+    index, consts = [], []
+    for (ws, _), n_in in zip(model.layer_slices, model.layer_sizes[:-1]):
+        size = ws.stop - ws.start
+        index.append(np.arange(ws.start, ws.stop, dtype=np.int64))
+        consts.append(np.sqrt(2.0 / n_in) * rng.choice((-1.0, 1.0), size=size))
+    return np.concatenate(index), np.concatenate(consts)
+
+
+class BernoulliRule:
+    """FedPM: masks sampled from sigmoid(scores), straight-through to theta (paper 002 eq. 5-7)."""
+
+    name = "fedpm"
+
+    def init_scores(self, theta, rng):
+        return logit(theta)
+
+    def train_mask(self, scores, rng):
+        return rng.random(scores.shape) < expit(scores)
+
+    def score_grad(self, grad_mask, scores, reg, n):
+        theta = expit(scores)
+        # d/ds [loss + reg * mean(theta)] with dm/dtheta = 1 (straight-through), dtheta/ds = theta(1-theta).
+        return (grad_mask + reg / n) * theta * (1.0 - theta)
+
+    def upload(self, scores, rng):
+        return self.train_mask(scores, rng)
+
+
+@dataclass
+class FedPMResult:
+    """Outcome of :func:`run_fedpm`.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_weights,)
+        Global probability mask.
+    index, constants : ndarray of shape (n_weights,)
+        Where the masked weights sit in the flat vector and their fixed values.
+    model : MLP
+    history : dict of lists
+        Per round: ``round, n_active, uplink_bits, downlink_bits, bpp_coded,
+        bpp_entropy, density, local_loss, test_accuracy, seconds``.
+    ledger : BitLedger
+    """
+
+    theta: np.ndarray
+    index: np.ndarray
+    constants: np.ndarray
+    model: object
+    history: dict
+    ledger: BitLedger
+
+    def params(self, mask) -> np.ndarray:
+        """Flat MLP parameters of the sub-network ``mask`` (bool, (n_weights,)), shape (n_params,)."""
+        flat = np.zeros(self.model.n_params)
+        flat[self.index] = self.constants * mask
+        return flat
+
+    def predict_proba(self, X, rng=None) -> np.ndarray:
+        """Prediction of one sub-network sampled from theta (FedPM's final model), (n_samples, n_outputs)."""
+        rng = check_rng(rng)
+        return self.model.predict_proba(self.params(rng.random(self.theta.shape) < self.theta), X)
+
+
+def _local_train(model, net, scores, Xk, yk, cfg, rng):
+    """E epochs of mini-batch Adam on the scores; returns (scores, mean loss)."""
+    opt = Adam(cfg["lr"])
+    index, consts = net
+    n_w = scores.size
+    n = yk.shape[0]
+    batch = n if cfg["batch_size"] is None else min(cfg["batch_size"], n)
+    flat = np.zeros(model.n_params)
+    losses = []
+    for _ in range(cfg["epochs"]):
+        order = np.arange(n) if batch == n else rng.permutation(n)
+        for start in range(0, n, batch):
+            idx = order[start:start + batch]
+            mask = cfg["rule"].train_mask(scores, rng)
+            flat[index] = consts * mask
+            loss, grad = model.loss_and_grad(flat, Xk[idx], yk[idx])
+            scores = opt.step(scores, cfg["rule"].score_grad(grad[index] * consts, scores, cfg["reg"], n_w))
+            losses.append(loss)
+    return scores, float(np.mean(losses))
+
+
+def _round(model, net, theta, clients, active, cfg, rng):
+    """Local training on every active client, then the Beta-Bernoulli mean; returns (theta, stats)."""
+    masks, up_bits, entropies, losses = [], 0, [], []
+    for k in active:
+        scores = cfg["rule"].init_scores(theta, rng)
+        scores, loss = _local_train(model, net, scores, *clients[k], cfg, rng)
+        mask = cfg["rule"].upload(scores, rng)
+        up_bits += coded_bits(mask)
+        entropies.append(empirical_entropy_bits(mask))
+        masks.append(mask)
+        losses.append(loss)
+    new_theta = np.clip(np.mean(masks, axis=0), cfg["eps"], 1.0 - cfg["eps"])
+    n_w = theta.size
+    return new_theta, {"up": up_bits, "bpp_coded": up_bits / (n_w * active.size),
+                       "bpp_entropy": float(np.mean(entropies)), "loss": float(np.mean(losses)), "masks": masks}
+
+
+def _downlink_bits(n_weights, n_active, n_last, first_round):
+    """Seed in round 1; afterwards the per-weight mask counts of the last round, ceil(log2(K + 1)) bits each."""
+    if first_round:
+        return n_active * SEED_BITS
+    return n_active * n_weights * int(np.ceil(np.log2(n_last + 1)))
+
+
+def _accuracy(model, params, eval_data):
+    if eval_data is None:
+        return np.nan
+    X, y = eval_data
+    return float(np.mean(model.forward(params, np.asarray(X, dtype=np.float64)).argmax(axis=1) == np.asarray(y)))
+
+
+def _settings(lr, reg, clip_eps, local_epochs, batch_size, rule):
+    eps = check_positive(clip_eps, "clip_eps")
+    if not eps < 0.5:
+        raise ValueError(f"clip_eps must lie in (0, 0.5); got {clip_eps!r}.")
+    return {"lr": check_positive(lr, "lr"), "reg": check_positive(reg, "reg lambda", strict=False),
+            "eps": eps, "epochs": check_int(local_epochs, "local_epochs E"),
+            "batch_size": check_batch_size(batch_size), "rule": rule}
+
+
+def _initial_theta(theta_init, n_weights, eps, rng):
+    if isinstance(theta_init, str) and theta_init == "uniform":
+        return np.clip(rng.random(n_weights), eps, 1.0 - eps)  # paper 002 section IV: theta_0 ~ U(0, 1)
+    value = check_positive(theta_init, "theta_init")
+    if not value < 1.0:
+        raise ValueError(f"theta_init must be 'uniform' or lie in (0, 1); got {theta_init!r}.")
+    return np.full(n_weights, np.clip(value, eps, 1.0 - eps))
+
+
+def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_epochs=1, batch_size=10,
+              lr=0.1, reg=0.0, clip_eps=1e-2, theta_init="uniform", eval_data=None, random_state=None,
+              verbose=False, rule=None, callback=None):
+    """Train a probability mask over fixed random weights with FedPM (+ entropy regulariser).
+
+    Parameters
+    ----------
+    model : MLP
+    clients : list of (X_k, y_k) or Federation (labels as ``y``)
+    y : ndarray, optional
+    rounds, client_fraction, local_epochs, batch_size
+        As :func:`~fedemstats.neural.hard_em.run_hard_em`.
+    lr : float > 0
+        Client Adam rate on the scores.
+    reg : float >= 0
+        lambda of ``lambda * mean(theta)`` (paper 002 eq. 12); 0 is plain FedPM.
+    clip_eps : float in (0, 0.5)
+        Server clipping of theta to ``[eps, 1 - eps]``.
+    theta_init : "uniform" or float in (0, 1)
+    eval_data : (X_test, y_test), optional
+        Accuracy of one sub-network sampled from theta each round (from a
+        separate stream, so evaluation does not change training).
+    random_state : None, int or numpy.random.Generator
+    verbose : bool
+    rule : mask rule, default :class:`BernoulliRule`
+        How masks are drawn and scores updated (Top-k: :class:`~.baselines.TopKRule`).
+    callback : callable(round, info), optional
+        ``info`` has the round's uploaded ``masks`` (list of bool (n_weights,)) and the new ``theta``.
+
+    Returns
+    -------
+    FedPMResult
+    """
+    rng = check_rng(random_state)
+    cfg = _settings(lr, reg, clip_eps, local_epochs, batch_size, BernoulliRule() if rule is None else rule)
+    clients = client_list(clients, y, model)
+    sampler = _sampler_for(make_client_sampler(client_fraction), len(clients))
+    eval_rng = np.random.default_rng(rng.integers(2 ** 63))
+    index, consts = signed_constants(model, int(rng.integers(2 ** 63)))
+    theta = _initial_theta(theta_init, index.size, cfg["eps"], rng)
+    result = FedPMResult(theta, index, consts, model, {}, BitLedger())
+    keys = ("round", "n_active", "uplink_bits", "downlink_bits", "bpp_coded", "bpp_entropy", "density",
+            "local_loss", "test_accuracy", "seconds")
+    history = {k: [] for k in keys}
+    n_last = 0
+    for t in range(1, check_int(rounds, "rounds") + 1):
+        tic = time.perf_counter()
+        active, _ = sampler.sample(t, len(clients), rng)
+        stats = {"up": 0, "bpp_coded": np.nan, "bpp_entropy": np.nan, "loss": np.nan}
+        down = _downlink_bits(index.size, active.size, n_last, t == 1) if active.size else 0
+        if active.size:
+            theta, stats = _round(model, (index, consts), theta, clients, active, cfg, rng)
+            n_last = active.size
+        result.theta = theta
+        result.ledger.record(t, stats["up"], down, active.size)
+        acc = _accuracy(model, result.params(eval_rng.random(theta.shape) < theta), eval_data)
+        row = (t, int(active.size), stats["up"], down, stats["bpp_coded"], stats["bpp_entropy"],
+               float(theta.mean()), stats["loss"], acc, time.perf_counter() - tic)
+        for k, val in zip(keys, row):
+            history[k].append(val)
+        if verbose:
+            logger.info("round %d: acc=%.4f bpp=%.3f density=%.3f", t, acc, stats["bpp_coded"], row[6])
+        if callback is not None:
+            callback(t, {"masks": stats.get("masks", []), "theta": theta})
+    result.history = history
+    return result

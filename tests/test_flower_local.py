@@ -1,0 +1,171 @@
+"""Flower adapter on an in-process Grid: equivalence, restarts, failures, wire size, records.
+
+The ClientApp, strategy and Flower Message/records are the real ones; only the
+transport is replaced by :class:`fedemstats.flower.testing.LocalGrid`, so faults
+can be injected deterministically and quickly.
+"""
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip install 'fedemstats[flower]'")
+
+from fedemstats.compression import make_compressor  # noqa: E402
+from fedemstats.estimators.mixture import FederatedGaussianMixture  # noqa: E402
+from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem, make_client_app  # noqa: E402
+from fedemstats.flower.records import (compressed_from_records, compressed_to_records,  # noqa: E402
+                                       params_from_records, params_to_records)
+from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
+from fedemstats.flower.testing import FIRST_NODE_ID, LocalGrid, write_partitions  # noqa: E402
+
+#: equivalence tolerance of the acceptance criteria (never loosened)
+TOL = 1e-10
+N_PARTS = 10
+
+
+@pytest.fixture(autouse=True)
+def _flower_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
+
+
+@pytest.fixture
+def data(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    return str(folder), write_partitions(folder, N_PARTS, rows=40, dim=3, n_components=2, seed=3)
+
+
+def _grid(folder, n=N_PARTS):
+    return LocalGrid(make_client_app(GMMProblem), [{"partition-id": i, "data-dir": folder} for i in range(n)])
+
+
+SETTINGS = FedEMSettings(n_rounds=5, compressor="dither:s=4", participation=5, step_size=0.5, seed=11)
+
+
+def test_local_grid_matches_in_process_engine(data):
+    folder, parts = data
+    grid = _grid(folder)
+    result = FedEMStrategy(GMMProblem(2), SETTINGS).start(grid)
+    diffs = max_abs_difference(result, reference_run(parts, GMMProblem(2), SETTINGS))
+    assert max(diffs.values()) < TOL, diffs
+    assert [h["n_active"] for h in result["history"]] == [N_PARTS] + [5] * 5
+    # node ids above 2^63 went through the strategy untouched
+    assert min(grid.contexts) >= FIRST_NODE_ID > 2**63
+
+
+def test_local_grid_matches_federated_gaussian_mixture(data):
+    folder, parts = data
+    result = FedEMStrategy(GMMProblem(2), SETTINGS).start(_grid(folder))
+    est = FederatedGaussianMixture(2, init_params="random", compressor="dither:s=4", participation=5,
+                                   step_size=0.5, max_iter=SETTINGS.n_rounds + 1, tol=0.0,
+                                   random_state=SETTINGS.seed).fit(parts)
+    assert np.max(np.abs(est.means_ - np.array(result["theta"]["means"]))) < TOL
+    assert np.max(np.abs(est.covariances_ - np.array(result["theta"]["covariances"]))) < TOL
+    assert np.max(np.abs(est.weights_ - np.array(result["theta"]["weights"]))) < TOL
+
+
+class _RestartAfter(FedEMStrategy):
+    """Restart (new node id, empty state) the node of partition 3 before round ``when``."""
+
+    when = 3
+
+    def configure_train(self, server_round, arrays, config, grid):
+        if server_round == self.when:
+            self.restarted_to = grid.restart(grid.node_of_partition(3))
+        return super().configure_train(server_round, arrays, config, grid)
+
+
+def test_restarted_node_does_not_corrupt_memory(data):
+    folder, parts = data
+    settings = FedEMSettings(n_rounds=5, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=5)
+    grid = _grid(folder)
+    strategy = _RestartAfter(GMMProblem(2), settings)
+    result = strategy.start(grid)
+    # the new node was described and served partition 3 in the later rounds
+    assert ("train", strategy.restarted_to) in grid.sent_to
+    assert all(h["n_active"] == N_PARTS for h in result["history"])
+    diffs = max_abs_difference(result, reference_run(parts, GMMProblem(2), settings))
+    assert max(diffs.values()) < TOL, diffs
+
+
+class _SilenceAt(FedEMStrategy):
+    """Partition 4's node stops answering in round ``when`` only."""
+
+    when = 2
+
+    def configure_train(self, server_round, arrays, config, grid):
+        node = grid.node_of_partition(4)
+        (grid.silent.add if server_round == self.when else grid.silent.discard)(node)
+        return super().configure_train(server_round, arrays, config, grid)
+
+
+def test_failed_node_is_a_non_participant_and_keeps_v_consistent(data):
+    folder, _ = data
+    settings = FedEMSettings(n_rounds=3, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=2)
+    strategy = _SilenceAt(GMMProblem(2), settings)
+    result = strategy.start(_grid(folder))
+    rows = result["history"]
+    assert rows[2]["n_active"] == N_PARTS - 1 and rows[2]["failed_partitions"] == [4] and rows[2]["partial"]
+    assert rows[1]["n_failed"] == 0 and rows[3]["n_failed"] == 0 and not rows[3]["partial"]
+    # V = sum_i w_i V_i still holds: the lost q_4 updated neither the server nor the mirror
+    v_clients, w = np.array(result["v_clients"]), np.array(result["weights"])
+    np.testing.assert_allclose(result["v"], w @ v_clients, rtol=0, atol=1e-13)
+
+
+def test_node_for_wrong_partition_is_refused(data):
+    folder, _ = data
+    grid = _grid(folder, n=3)
+    strategy = FedEMStrategy(GMMProblem(2), FedEMSettings(n_rounds=1, seed=0))
+    strategy.setup(grid)
+    node = grid.node_of_partition(1)
+    grid.contexts[node].node_config["partition-id"] = 2  # misconfigured: claims another partition
+    strategy.aggregate_train(1, grid.send_and_receive(strategy.configure_train(1, None, None, grid)))
+    assert strategy.history[-1]["failed_partitions"] == [1]
+
+
+def _round_reply_bytes(folder, compressor):
+    settings = FedEMSettings(n_rounds=1, compressor=compressor, participation=1.0, step_size=0.5, seed=0)
+    result = FedEMStrategy(GMMProblem(2), settings).start(_grid(folder, n=3))
+    return result["history"][1]["reply_bytes"]
+
+
+def test_wire_bytes_shrink_with_dithering(tmp_path):
+    # d = 48, K = 2, full covariances: q = 2 + 96 + 4608 = 4706 statistics per reply
+    write_partitions(tmp_path, 3, rows=120, dim=48, n_components=2, seed=0)
+    identity = _round_reply_bytes(str(tmp_path), "identity")
+    dither = _round_reply_bytes(str(tmp_path), "dither:s=4")
+    assert identity > 3 * 8 * 4706  # three float64 replies of q values at least
+    assert identity / dither >= 8.0, (identity, dither)
+
+
+def test_compressed_message_and_params_round_trip():
+    rng = np.random.default_rng(0)
+    comp = make_compressor("dither:s=4")
+    msg = comp.compress(rng.normal(size=(1, 50)), rng)
+    back = compressed_from_records(*compressed_to_records(msg))
+    np.testing.assert_array_equal(comp.decompress(back), comp.decompress(msg))
+    model = GMMProblem(2, "diag").build_model(3, np.zeros(3))
+    theta = model.t_map(np.abs(rng.normal(size=model.q)) + 1.0)
+    again = params_from_records(*params_to_records(theta))
+    np.testing.assert_array_equal(again.precisions_cholesky, theta.precisions_cholesky)
+    assert again.covariance_type == "diag"
+
+
+def test_settings_from_run_config():
+    s = FedEMSettings.from_run_config({"num-rounds": 7, "participation": 3, "alpha": "default",
+                                       "compressor": "dither:s=2", "round-timeout": 5})
+    assert (s.n_rounds, s.participation, s.alpha, s.compressor, s.round_timeout) == (7, 3, None, "dither:s=2", 5.0)
+    with pytest.raises(ValueError, match="v_init"):
+        FedEMSettings(v_init="bogus")
+
+
+def test_csv_loader_uses_data_path(tmp_path):
+    from flwr.app import Context, RecordDict
+
+    from fedemstats.flower import load_csv_partition
+    parts = write_partitions(tmp_path, 2, rows=5, dim=2)
+    ctx = Context(run_id=1, node_id=2**64 - 1, state=RecordDict(), run_config={},
+                  node_config={"partition-id": 1, "data-path": os.path.join(tmp_path, "partition-0.csv")})
+    np.testing.assert_array_equal(load_csv_partition(ctx), parts[0])

@@ -1,0 +1,137 @@
+"""FederatedImputer: scikit-learn API, bad input, imputation quality against references."""
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_diabetes, load_wine
+from sklearn.experimental import enable_iterative_imputer  # noqa: F401
+from sklearn.impute import IterativeImputer, SimpleImputer
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from fedemstats.estimators import FederatedImputer
+
+#: Issue acceptance: FederatedImputer(gaussian) RMSE within 10% of IterativeImputer's.
+ITERATIVE_RATIO = 1.10
+MCAR_FRACTION = 0.2
+
+
+@parametrize_with_checks([FederatedImputer("gaussian"), FederatedImputer("gmm", n_components=2),
+                          FederatedImputer("poisson", n_components=2)])
+def test_sklearn_api(estimator, check):
+    check(estimator)
+
+
+def mcar(X, seed, frac=MCAR_FRACTION):
+    rng = np.random.default_rng(seed)
+    mask = rng.random(X.shape) < frac
+    mask[mask.all(axis=1), 0] = False  # keep one observed value per row
+    return np.where(mask, np.nan, X), mask
+
+
+def std_rmse(X_imp, X, mask):
+    return np.sqrt(np.mean(((X_imp - X) / X.std(axis=0))[mask] ** 2))
+
+
+@pytest.mark.parametrize("loader", [load_wine, load_diabetes])
+def test_gaussian_imputer_close_to_centralised_iterative_imputer(loader):
+    X = loader().data
+    Xm, mask = mcar(X, seed=0)
+    ours = std_rmse(FederatedImputer("gaussian", n_clients=10, random_state=0).fit_transform(Xm), X, mask)
+    iterative = std_rmse(IterativeImputer(random_state=0).fit_transform(Xm), X, mask)
+    mean = std_rmse(SimpleImputer().fit_transform(Xm), X, mask)
+    assert ours <= ITERATIVE_RATIO * iterative, (ours, iterative)
+    assert ours < mean
+
+
+def test_compressed_partial_fit_imputes_like_the_exact_fit():
+    X = load_wine().data
+    Xm, mask = mcar(X, seed=1)
+    groups = np.arange(len(X)) % 8
+    exact = FederatedImputer("gaussian", random_state=0).fit(Xm, groups=groups)
+    comp = FederatedImputer("gaussian", compressor="dither:s=4", participation=0.5, step_size=0.2,
+                            max_iter=300, random_state=0).fit(Xm, groups=groups)
+    a, b = std_rmse(exact.transform(Xm), X, mask), std_rmse(comp.transform(Xm), X, mask)
+    assert b == pytest.approx(a, rel=0.01)
+
+
+def test_gmm_imputer_uses_the_clusters():
+    rng = np.random.default_rng(2)
+    centres = np.array([[0.0, 0.0, 0.0], [6.0, -6.0, 6.0]])
+    z = rng.integers(2, size=400)
+    X = centres[z] + rng.normal(size=(400, 3))
+    Xm, mask = mcar(X, seed=3, frac=0.3)
+    gmm = FederatedImputer("gmm", n_components=2, random_state=0, n_clients=5).fit(Xm)
+    gauss = FederatedImputer("gaussian", random_state=0, n_clients=5).fit(Xm)
+    assert std_rmse(gmm.transform(Xm), X, mask) < 0.9 * std_rmse(gauss.transform(Xm), X, mask)
+    assert np.allclose(np.sort(gmm.theta_.means[:, 0]), [0, 6], atol=0.3)
+
+
+def test_poisson_imputer_recovers_latent_classes():
+    rng = np.random.default_rng(4)
+    rates = np.array([[2.0, 20.0, 1.0, 8.0], [15.0, 1.0, 6.0, 0.5]])
+    z = rng.integers(2, size=500)
+    Y = rng.poisson(rates[z]).astype(float)
+    Ym, mask = mcar(Y, seed=5)
+    imp = FederatedImputer("poisson", n_components=2, random_state=0, n_clients=6).fit(Ym)
+    fitted = imp.theta_.rates[np.argsort(imp.theta_.rates[:, 0])]
+    # ~200 observed counts per class and column: 4 standard errors of a Poisson mean
+    assert np.all(np.abs(fitted - rates) < 4 * np.sqrt(rates / 200))
+    filled = imp.transform(Ym)
+    assert np.abs(filled - Y)[mask].mean() < 0.6 * np.abs(SimpleImputer().fit_transform(Ym) - Y)[mask].mean()
+
+
+def test_sample_posterior_draws_vary_and_average_to_the_conditional_mean():
+    X = load_wine().data[:, :5]
+    Xm, mask = mcar(X, seed=6)
+    mean_fill = FederatedImputer("gaussian", random_state=0).fit(Xm).transform(Xm)
+    sampler = FederatedImputer("gaussian", random_state=0, sample_posterior=True).fit(Xm)
+    draws = np.stack([sampler.transform(Xm) for _ in range(400)])
+    assert np.all(draws[:, ~mask] == Xm[~mask])
+    assert np.std(draws[:, mask], axis=0).min() > 0
+    scale = X.std(axis=0)[np.nonzero(mask)[1]]
+    assert np.max(np.abs(draws.mean(axis=0)[mask] - mean_fill[mask]) / scale) < 0.25
+
+
+def test_missing_values_placeholder_indicator_and_pandas_output():
+    X = load_wine().data[:, :4]
+    Xm, mask = mcar(X, seed=7)
+    frame = pd.DataFrame(np.where(mask, -1.0, X), columns=["a", "b", "c", "d"])
+    imp = FederatedImputer(missing_values=-1.0, add_indicator=True, random_state=0).set_output(transform="pandas")
+    out = imp.fit_transform(frame)
+    ref = FederatedImputer(random_state=0).fit_transform(Xm)
+    assert list(out.columns) == ["a", "b", "c", "d"] + [f"missingindicator_{c}" for c in "abcd"]
+    np.testing.assert_allclose(out.iloc[:, :4].to_numpy(), ref, rtol=1e-12)
+    np.testing.assert_array_equal(out.iloc[:, 4:].to_numpy(), mask)
+
+
+def test_list_of_client_arrays_equals_groups():
+    X = load_diabetes().data
+    Xm, _ = mcar(X, seed=8)
+    groups = np.repeat(np.arange(4), len(X) // 4 + 1)[: len(X)]
+    a = FederatedImputer(random_state=0).fit(Xm, groups=groups)
+    b = FederatedImputer(random_state=0).fit([Xm[groups == g] for g in range(4)])
+    np.testing.assert_allclose(a.theta_.covariance, b.theta_.covariance, rtol=1e-12)
+
+
+def test_bad_input():
+    X = load_wine().data[:, :4]
+    Xm, _ = mcar(X, seed=9)
+    bad = Xm.copy()
+    bad[:, 2] = np.nan
+    with pytest.raises(ValueError, match=r"column\(s\) \[2\] have no observed value"):
+        FederatedImputer().fit(bad)
+    bad = Xm.copy()
+    bad[5] = np.nan
+    with pytest.raises(ValueError, match="not skipped"):
+        FederatedImputer().fit(bad)
+    counts = np.round(np.abs(Xm))
+    with pytest.raises(ValueError, match="Negative"):
+        FederatedImputer("poisson").fit(np.where(np.isnan(counts), np.nan, -counts))
+    with pytest.raises(ValueError, match="non-integer"):
+        FederatedImputer("poisson").fit(counts + 0.5)
+    with pytest.raises(ValueError, match="non-integer"):
+        FederatedImputer("poisson").fit(counts).transform(counts + 0.5)
+    for model in ("gmm", "poisson"):
+        with pytest.raises(ValueError, match="n_components=20 must be <= n_samples=10"):
+            FederatedImputer(model, n_components=20).fit(counts[:10])
+    with pytest.raises(ValueError, match="model must be one of"):
+        FederatedImputer("kmeans").fit(Xm)

@@ -1,0 +1,122 @@
+"""FedPM with the entropy regulariser (paper 002) and the Top-k mask baseline on scikit-learn digits."""
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+from fedemstats.neural import MLP, iid_clients
+from fedemstats.neural.baselines import run_topk_masks
+from fedemstats.neural.coding import coded_bits, empirical_entropy_bits
+from fedemstats.neural.fedpm import run_fedpm, signed_constants
+
+LAYERS = (64, 128, 10)  # a wide random network: masks select a sub-network of it
+COMMON = dict(rounds=25, client_fraction=0.25, local_epochs=2, batch_size=10, lr=0.1)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
+    return iid_clients(Xtr, ytr, 20, random_state=0), (Xte, yte)
+
+
+@pytest.fixture(scope="module")
+def plain(digits):
+    clients, test = digits
+    log = []
+    res = run_fedpm(MLP(LAYERS), clients, reg=0.0, eval_data=test, random_state=0,
+                    callback=lambda t, info: log.append(info), **COMMON)
+    return res, log
+
+
+@pytest.fixture(scope="module")
+def regularised(digits):
+    clients, test = digits
+    return run_fedpm(MLP(LAYERS), clients, reg=3.0, eval_data=test, random_state=0, **COMMON)
+
+
+def _tail(res, key, n=5):
+    return float(np.mean(res.history[key][-n:]))
+
+
+def test_fedpm_learns_a_mask(plain):
+    res, _ = plain
+    assert _tail(res, "test_accuracy") > 0.75  # chance is 0.1; the weights are never trained
+
+
+def test_regulariser_lowers_bits_per_parameter(plain, regularised):
+    res0, _ = plain
+    assert _tail(regularised, "bpp_coded") < _tail(res0, "bpp_coded") - 0.15
+    assert _tail(regularised, "bpp_entropy") < _tail(res0, "bpp_entropy") - 0.15
+    assert regularised.history["density"][-1] < res0.history["density"][-1]
+    assert _tail(regularised, "test_accuracy") > 0.6
+
+
+def test_ledger_counts_the_coded_masks_and_server_takes_their_mean(plain):
+    res, log = plain
+    n_w = res.theta.size
+    for t, info in enumerate(log):
+        masks = info["masks"]
+        assert res.ledger.uplink[t] == sum(coded_bits(m) for m in masks)
+        assert res.history["bpp_coded"][t] == pytest.approx(res.ledger.uplink[t] / (n_w * len(masks)))
+        assert res.history["bpp_entropy"][t] == pytest.approx(np.mean([empirical_entropy_bits(m) for m in masks]))
+        np.testing.assert_allclose(info["theta"], np.clip(np.mean(masks, axis=0), 1e-2, 1 - 1e-2))
+    # The coder is within a few percent of the entropy estimate (KT regret + byte rounding).
+    assert abs(_tail(res, "bpp_coded") - _tail(res, "bpp_entropy")) < 0.01
+    # Downlink: a seed in round 1, then ceil(log2(K + 1)) = 3 bits per weight for K = 5 clients.
+    assert res.ledger.downlink[0] == 5 * 64
+    assert res.ledger.downlink[1:] == [5 * n_w * 3] * (len(log) - 1)
+
+
+def test_signed_constants():
+    model = MLP((5, 4, 3))
+    index, consts = signed_constants(model, 11)
+    assert index.size == 5 * 4 + 4 * 3
+    np.testing.assert_allclose(np.abs(consts[:20]), np.sqrt(2 / 5))
+    np.testing.assert_allclose(np.abs(consts[20:]), np.sqrt(2 / 4))
+    assert 0 < (consts > 0).sum() < consts.size
+    np.testing.assert_array_equal(signed_constants(model, 11)[1], consts)
+
+
+def test_reproducible_with_a_seed(digits):
+    clients, _ = digits
+    kw = dict(COMMON, rounds=2, reg=1.0)
+    a = run_fedpm(MLP(LAYERS), clients, random_state=3, **kw)
+    b = run_fedpm(MLP(LAYERS), clients, random_state=3, **kw)
+    c = run_fedpm(MLP(LAYERS), clients, random_state=4, **kw)
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert a.ledger.uplink == b.ledger.uplink
+    assert not np.array_equal(a.theta, c.theta)
+
+
+def test_topk_uploads_exactly_k_per_layer(digits):
+    clients, test = digits
+    log = []
+    model = MLP(LAYERS)
+    res = run_topk_masks(model, clients, k=0.3, eval_data=test, random_state=0,
+                         callback=lambda t, info: log.append(info), **dict(COMMON, rounds=3))
+    sizes = [64 * 128, 128 * 10]
+    for info in log:
+        for mask in info["masks"]:
+            assert [int(mask[:sizes[0]].sum()), int(mask[sizes[0]:].sum())] == [round(0.3 * n) for n in sizes]
+    assert res.history["bpp_entropy"][-1] == pytest.approx(empirical_entropy_bits(np.arange(10) < 3), abs=1e-3)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"reg": -0.1}, "reg"),
+    ({"clip_eps": 0.0}, "clip_eps"),
+    ({"clip_eps": 0.5}, "clip_eps"),
+    ({"theta_init": 1.5}, "theta_init"),
+    ({"theta_init": "normal"}, "theta_init"),
+    ({"lr": 0.0}, "lr"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_bad_input(digits, kw, match):
+    with pytest.raises(ValueError, match=match):
+        run_fedpm(MLP(LAYERS), digits[0], **kw)
+
+
+def test_topk_bad_k(digits):
+    for k in (0.0, 1.0):
+        with pytest.raises(ValueError, match="k must"):
+            run_topk_masks(MLP(LAYERS), digits[0], k=k)
