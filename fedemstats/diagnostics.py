@@ -25,7 +25,7 @@ __all__ = [
 #: Largest number of float64 entries materialised at once when drawing Q(x) (≈ 32 MB)
 _DRAW_CHUNK_ENTRIES = 4_000_000
 #: x-axes understood by :func:`first_reach` and :func:`plot_convergence`
-X_AXES = ("round", "epochs", "cumulative_bits")
+X_AXES = ("round", "epochs", "cumulative_bits", "cumulative_uplink_bits")
 
 
 # ---------------------------------------------------------------------- mean field
@@ -221,12 +221,13 @@ def convergence_table(history, n_rows) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``round, epochs, cumulative_bits, h_norm2, loglik``.
+        Columns ``round, epochs, cumulative_bits, cumulative_uplink_bits, h_norm2, loglik``.
     """
     n_rows = check_int(n_rows, "n_rows")
     return pd.DataFrame({"round": history["round"].to_numpy(),
                          "epochs": history["n_cond_exp"].cumsum().to_numpy() / n_rows,
                          "cumulative_bits": history["cumulative_bits"].to_numpy(),
+                         "cumulative_uplink_bits": history["uplink_bits"].cumsum().to_numpy(),
                          "h_norm2": history["h_norm2"].to_numpy(),
                          "loglik": history["loglik"].to_numpy()})
 
@@ -283,7 +284,7 @@ def plot_convergence(tables, x="round", ax=None, eps=None, title=None):
     ----------
     tables : dict of str -> DataFrame
         Outputs of :func:`convergence_table`, one per method.
-    x : {"round", "epochs", "cumulative_bits"}
+    x : {"round", "epochs", "cumulative_bits", "cumulative_uplink_bits"}
     ax : matplotlib Axes, optional
     eps : float, optional
         Draw the target level ε.
@@ -302,7 +303,8 @@ def plot_convergence(tables, x="round", ax=None, eps=None, title=None):
     if eps is not None:
         ax.axhline(eps, color="grey", linestyle=":", label=f"ε = {eps:g}")
     ax.set_xlabel({"round": "rounds", "epochs": "epochs (conditional expectations / N)",
-                   "cumulative_bits": "cumulative bits (up + down)"}[x])
+                   "cumulative_bits": "cumulative bits (up + down)",
+                   "cumulative_uplink_bits": "cumulative uplink bits"}[x])
     ax.set_ylabel("||h(Ŝ)||²")
     if title:
         ax.set_title(title)

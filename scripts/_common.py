@@ -16,7 +16,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -128,7 +127,3 @@ def gmm_problem(n_clients, rows_per_client, heterogeneity, seed, covariance_type
     theta0 = make_params(np.full(K, 1.0 / K), start, np.repeat(np.eye(2)[None], K, axis=0),
                          covariance_type=covariance_type)
     return model, fed, theta0
-
-
-def exit_with(code: int) -> None:
-    sys.exit(code)

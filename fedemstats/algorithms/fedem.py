@@ -18,13 +18,23 @@ from ..participation import make_participation
 from .base import AlgorithmState, FitResult, effective_omega, make_step_size
 from ._history import History
 
-__all__ = ["FedEM", "client_update", "server_update", "V_INIT_CHOICES"]
+__all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES"]
 
 logger = logging.getLogger(__name__)
 
 V_INIT_CHOICES = ("mean-field", "zero")
 #: entropy of the per-client random streams is drawn below this bound (fits int64)
-_ENTROPY_BOUND = 2**62
+ENTROPY_BOUND = 2**62
+
+
+def draw_entropy(rng) -> int:
+    """The run's public entropy for ``client_round_rng``, drawn from the server's Generator."""
+    return int(rng.integers(ENTROPY_BOUND))
+
+
+def memory_update(v, q_rows, alpha):
+    """V_{k+1,i} = V_{k,i} + α q_i (the same decoded q_i the server adds)."""
+    return v + alpha * q_rows
 
 
 def client_update(stats, s_hat, v_clients, compressor, alpha, rngs, blocks=None):
@@ -58,7 +68,7 @@ def client_update(stats, s_hat, v_clients, compressor, alpha, rngs, blocks=None)
     delta = stats - s_hat[None, :] - v_clients
     message = compressor.compress(delta, rngs, blocks)
     q_rows = compressor.decompress(message)
-    return message, q_rows, v_clients + alpha * q_rows
+    return message, q_rows, memory_update(v_clients, q_rows, alpha)
 
 
 def server_update(s_hat, v, q_rows, weights, inclusion, gamma, alpha):
@@ -152,7 +162,7 @@ class FedEM:
         else:
             v_clients = np.zeros((n, q))
         state = AlgorithmState(s_hat=s_hat, v=federation.weights @ v_clients, v_clients=v_clients,
-                               entropy=int(rng.integers(_ENTROPY_BOUND)), extra=extra)
+                               entropy=draw_entropy(rng), extra=extra)
         ledger.record(0, uplink, downlink, n)
         history.append(round=0, loglik=float(federation.weights @ loglik), uplink_bits=uplink,
                        downlink_bits=downlink, n_active=n, step_size=np.nan,

@@ -8,11 +8,10 @@ different model fails loudly instead of sending statistics of another layout.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .._validation import check_int, check_positive
-from ..models.gmm import COVARIANCE_TYPES, GaussianMixtureModel, make_params
-from ..models.gmm_init import _shared_covariances
+from ..models.gmm import COVARIANCE_TYPES, GaussianMixtureModel
+from ..models.gmm_init import init_random_from_moments
 
 __all__ = ["GMMProblem", "PROBLEM_TYPES"]
 
@@ -80,11 +79,7 @@ class GMMProblem:
     def init_theta(self, model, mean, cov, rng):
         """θ_0 from the global moments, drawing from ``rng`` exactly as
         :func:`fedemstats.models.gmm_init.init_params` (``method="random"``) does."""
-        K, d = self.n_components, model.n_features
-        cov = cov + model.reg_covar * np.eye(d)
-        means = rng.multivariate_normal(mean, cov, size=K)
-        return make_params(np.full(K, 1.0 / K), means, _shared_covariances(cov, self.covariance_type, K),
-                           covariance_type=self.covariance_type)
+        return init_random_from_moments(mean, cov, model, rng)
 
 
 #: problem name -> class; nodes rebuild problems only from this allow-list

@@ -14,6 +14,7 @@ import numpy as np
 from flwr.app import Message, RecordDict
 
 from . import protocol as P
+from ..models.gmm_init import combine_moments
 from .records import from_array_record
 
 __all__ = ["NodeRegistry", "Description", "describe_nodes", "wait_for_nodes", "pooled_moments", "POLL_SECONDS"]
@@ -115,8 +116,4 @@ def pooled_moments(descriptions):
     """
     sizes = np.array([d.n_rows for d in descriptions], dtype=np.int64)
     client_means = np.array([d.mean for d in descriptions])
-    within = np.sum([d.scatter for d in descriptions], axis=0)
-    mean = sizes @ client_means / sizes.sum()
-    dev = client_means - mean
-    cov = (within + (dev * sizes[:, None]).T @ dev) / sizes.sum()
-    return mean, 0.5 * (cov + cov.T)
+    return combine_moments(sizes, client_means, np.sum([d.scatter for d in descriptions], axis=0))

@@ -20,7 +20,7 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
 from ..algorithms.base import AlgorithmState, make_step_size
-from ..algorithms.fedem import _ENTROPY_BOUND, server_update
+from ..algorithms.fedem import draw_entropy, memory_update, server_update
 from ..compression import make_compressor
 from ..ledger import FLOAT64_BITS
 from ..participation import make_participation
@@ -83,7 +83,7 @@ class FedEMStrategy(Strategy):
         else:
             v_clients = np.zeros_like(stats)
         self.state = AlgorithmState(s_hat=s_hat, v=self.weights @ v_clients, v_clients=v_clients,
-                                    entropy=int(self.rng.integers(_ENTROPY_BOUND)))
+                                    entropy=draw_entropy(self.rng))
         n, q = len(self.partitions), self.model.q
         omega = float(self.compressor.omega(q, self.model.layout.offsets))
         self.alpha = 1.0 / (1.0 + omega) if s.alpha is None else float(s.alpha)
@@ -177,7 +177,7 @@ class FedEMStrategy(Strategy):
         gamma, w = self.schedule(server_round), self.weights[idx]
         st.s_hat, st.v, _ = server_update(st.s_hat, st.v, q_rows, w, pi, gamma, self.alpha)
         # the mirror applies the same q_i the node used: V_{k+1,i} = V_{k,i} + α q_i
-        st.v_clients[idx] = st.v_clients[idx] + self.alpha * q_rows
+        st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, self.alpha)
         st.round += 1
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         loglik = float((w / pi) @ np.array([got[int(i)][1] for i in idx])) if idx.size else float("nan")

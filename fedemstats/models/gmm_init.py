@@ -8,12 +8,12 @@ or the model's own per-client statistics (:func:`init_params`).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from .._validation import check_int, check_rng
 from .gmm import GaussianMixtureModel, GMMParams, make_params
 
-__all__ = ["global_moments", "init_kmeans_summaries", "init_params", "LOCAL_LLOYD_ITER"]
+__all__ = ["global_moments", "combine_moments", "init_random_from_moments", "shared_covariances",
+           "init_kmeans_summaries", "init_params", "LOCAL_LLOYD_ITER"]
 
 #: Lloyd iterations of each client's local k-means (a summary, not a final clustering).
 LOCAL_LLOYD_ITER = 10
@@ -39,6 +39,26 @@ def global_moments(federation):
     client_means = np.add.reduceat(X, federation.offsets[:-1], axis=0) / sizes[:, None]
     centred = X - np.repeat(client_means, sizes, axis=0)
     within = centred.T @ centred  # = sum_i M_i: one product over the clients' own centred rows
+    return combine_moments(sizes, client_means, within)
+
+
+def combine_moments(sizes, client_means, within):
+    """Chan et al.'s parallel combination of per-client moments (server side).
+
+    Parameters
+    ----------
+    sizes : ndarray of shape (n_clients,)
+    client_means : ndarray of shape (n_clients, n_features)
+    within : ndarray of shape (n_features, n_features)
+        Sum of the clients' centred scatter matrices, sum_i M_i.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,)
+    cov : ndarray of shape (n_features, n_features)
+        ``(sum_i M_i + sum_i m_i (xbar_i - xbar)(xbar_i - xbar)^T) / N``.
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
     mean = sizes @ client_means / sizes.sum()
     dev = client_means - mean
     cov = (within + (dev * sizes[:, None]).T @ dev) / sizes.sum()
@@ -109,12 +129,14 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=5):
             f"k-means init: clients sent {n_sent} centroid(s) of >= {min_rows} rows, fewer than "
             f"n_components={n_components}; use init_params='random' or a smaller min_rows.")
     C, w = np.vstack(cents), np.concatenate(counts).astype(np.float64)
+    from sklearn.cluster import KMeans  # lazy: node processes that never init stay light
+
     km = KMeans(n_clusters=n_components, n_init=SERVER_N_INIT,
                 random_state=int(rng.integers(np.iinfo(np.int32).max)))
     return km.fit(C, sample_weight=w).cluster_centers_
 
 
-def _shared_covariances(cov, ctype, K):
+def shared_covariances(cov, ctype, K):
     if ctype == "full":
         return np.repeat(cov[None], K, axis=0)
     if ctype == "tied":
@@ -122,6 +144,15 @@ def _shared_covariances(cov, ctype, K):
     if ctype == "diag":
         return np.repeat(np.diag(cov)[None], K, axis=0)
     return np.full(K, np.mean(np.diag(cov)))
+
+
+def init_random_from_moments(mean, cov, model: GaussianMixtureModel, rng) -> GMMParams:
+    """θ_0 from global moments: means drawn from N(mean, cov + reg_covar I), every
+    component with that covariance, uniform weights (``init_params="random"``)."""
+    K, ctype = model.n_components, model.covariance_type
+    cov = cov + model.reg_covar * np.eye(model.n_features)
+    means = rng.multivariate_normal(mean, cov, size=K)
+    return make_params(np.full(K, 1.0 / K), means, shared_covariances(cov, ctype, K), covariance_type=ctype)
 
 
 def init_params(federation, model: GaussianMixtureModel, method="kmeans", rng=None,
@@ -154,14 +185,11 @@ def init_params(federation, model: GaussianMixtureModel, method="kmeans", rng=No
         raise ValueError(f"federation has {federation.n_features} features; model has {d}.")
     weights = np.full(K, 1.0 / K)
     if method == "random":
-        mean, cov = global_moments(federation)
-        cov = cov + model.reg_covar * np.eye(d)
-        means = rng.multivariate_normal(mean, cov, size=K)
-        return make_params(weights, means, _shared_covariances(cov, ctype, K), covariance_type=ctype)
+        return init_random_from_moments(*global_moments(federation), model, rng)
     if method != "kmeans":
         raise ValueError(f"method must be 'kmeans' or 'random'; got {method!r}.")
     means = init_kmeans_summaries(federation, K, rng, min_rows=min_rows)
-    eye = _shared_covariances(np.eye(d), ctype, K)
+    eye = shared_covariances(np.eye(d), ctype, K)
     labels_theta = make_params(weights, means, eye, covariance_type=ctype)
     stats, _ = model.client_stats(federation, labels_theta, hard=True)
     return model.t_map(federation.weights @ stats)

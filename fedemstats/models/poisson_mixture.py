@@ -15,11 +15,12 @@ from scipy.special import gammaln
 
 from .._linalg import logsumexp
 from .._validation import check_int, check_rng
+from ..federation import Federation
 from ..layout import StatLayout
 from ._missing_kernels import rows_per_chunk, segment_sums
 from .base import Model
 from .gmm import RESP_FLOOR
-from .gmm_missing import GaussianMixtureMissingModel, init_gmm_missing
+from .gmm_init import init_kmeans_summaries
 
 __all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
            "RATE_FLOOR"]
@@ -179,22 +180,29 @@ class PoissonMixtureModel(Model):
 def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=5):
     """Initial weights and rates without moving raw rows.
 
-    ``"kmeans"``: the GMM initialisation of :func:`.gmm_missing.init_gmm_missing`
-    (clients' k-means summaries on their own mean-filled rows, falling back to
-    ``"random"`` draws for small clients); rates are those means floored at
-    :data:`RATE_FLOOR`. ``"random"``:
-    ``λ_kj = mean_j exp(INIT_LOG_SPREAD ξ_kj)``. Weights start uniform.
+    ``"kmeans"``: clients fill their own missing counts with the global column means (from
+    client sums) and send local k-means summaries (:func:`.gmm_init.init_kmeans_summaries`,
+    clusters of at least ``min_rows`` rows); the rates are the server's centroids. If the
+    clients are too small to send ``K`` centroids, falls back to ``"random"``:
+    ``λ_kj = mean_j exp(INIT_LOG_SPREAD ξ_kj)``, ξ ~ N(0, 1). Rates are floored at
+    :data:`RATE_FLOOR`; weights start uniform.
 
     Returns
     -------
     PoissonMixtureParams
     """
+    if method not in ("kmeans", "random"):
+        raise ValueError(f"method must be 'kmeans' or 'random'; got {method!r}.")
     rng = check_rng(rng)
     K, d = model.n_components, model.n_features
-    if method == "random":
-        mean = np.nanmean(federation.X, axis=0)  # column sums / counts from the clients
+    mean = np.nanmean(federation.X, axis=0)  # column sums / counts from the clients
+    rates = None
+    if method == "kmeans":
+        filled = np.where(np.isnan(federation.X), mean, federation.X)
+        try:
+            rates = init_kmeans_summaries(Federation(filled, federation.offsets), K, rng, min_rows=min_rows)
+        except ValueError:
+            rates = None  # clients too small for k-means summaries: documented fallback
+    if rates is None:
         rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((K, d)))
-    else:
-        gmm = GaussianMixtureMissingModel(K, d, "diag")
-        rates = init_gmm_missing(federation, gmm, method=method, rng=rng, min_rows=min_rows).means
     return PoissonMixtureParams(np.full(K, 1.0 / K), np.maximum(rates, RATE_FLOOR))

@@ -22,8 +22,8 @@ import numpy as np
 
 from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
-from .fedpm import run_fedpm
-from .fedsparse import GateLayout, _accuracy, _wire, client_list
+from .fedpm import _accuracy, _wire, client_list, run_fedpm
+from .fedsparse import GateLayout
 from .hard_em import _WIRE_BITS, _sampler_for, check_batch_size, local_sgd, make_client_sampler
 
 __all__ = ["TopKRule", "run_topk_masks", "FedDropResult", "run_feddrop"]

@@ -31,18 +31,48 @@ import numpy as np
 from scipy.special import expit, logit
 
 from .._validation import check_int, check_positive, check_rng
+from ..federation import Federation
 from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
-from .fedsparse import client_list
-from .hard_em import _sampler_for, check_batch_size, make_client_sampler
+from .hard_em import _check_clients, _sampler_for, check_batch_size, make_client_sampler
 from .optim import Adam
 
-__all__ = ["FedPMResult", "BernoulliRule", "run_fedpm", "signed_constants"]
+__all__ = ["FedPMResult", "BernoulliRule", "run_fedpm", "signed_constants", "client_list"]
 
 logger = logging.getLogger(__name__)
 
 # The broadcast seed of the signed constants and of the initial mask (round 1 downlink).
 SEED_BITS = 64
+
+
+def client_list(data, y=None, model=None):
+    """``[(X_k, y_k), ...]`` from such a list, or from a :class:`Federation` and labels ``y``.
+
+    Parameters
+    ----------
+    data : list of (X_k, y_k) or Federation
+    y : ndarray of shape (n_rows,), required with a Federation
+        Labels in the federation's row order.
+    model : MLP, optional
+        Checks the feature count.
+    """
+    if isinstance(data, Federation):
+        if y is None:
+            raise ValueError("a Federation holds no labels; pass y= (one label per row, federation order).")
+        y = np.asarray(y)
+        if y.shape != (data.n_rows,):
+            raise ValueError(f"y must have shape ({data.n_rows},); got {y.shape}.")
+        data = [(data.client(i), y[data.offsets[i]:data.offsets[i + 1]]) for i in range(data.n_clients)]
+    elif y is not None:
+        raise ValueError("y= is only used with a Federation; client lists carry their labels.")
+    if model is None:
+        return [(np.asarray(Xk, dtype=np.float64), np.asarray(yk, dtype=np.intp)) for Xk, yk in data]
+    return _check_clients(data, model)
+
+
+def _wire(x, cfg):
+    """What the receiver gets: values rounded to the declared wire precision."""
+    return x.astype(np.float32).astype(np.float64) if cfg["float32"] else x
 
 
 def signed_constants(model, seed):

@@ -36,12 +36,12 @@ import numpy as np
 from scipy.special import expit
 
 from .._validation import check_int, check_positive, check_rng
-from ..federation import Federation
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS, BitLedger
-from .hard_em import _check_clients, _sampler_for, check_batch_size, make_client_sampler
+from .fedpm import _accuracy, _wire, client_list
+from .hard_em import _sampler_for, check_batch_size, make_client_sampler
 from .optim import SGD, Adamax, Optimizer, make_optimizer
 
-__all__ = ["FedSparseResult", "GateLayout", "run_fedsparse", "client_list"]
+__all__ = ["FedSparseResult", "GateLayout", "run_fedsparse", "hard_concrete"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,31 +54,6 @@ _HC_SHIFT = HC_BETA * np.log(-HC_GAMMA / HC_ZETA)
 _U_EPS = 1e-12
 # Smallest initial threshold tau (softplus(v) must stay positive).
 _MIN_TAU = 1e-8
-
-
-def client_list(data, y=None, model=None):
-    """``[(X_k, y_k), ...]`` from such a list, or from a :class:`Federation` and labels ``y``.
-
-    Parameters
-    ----------
-    data : list of (X_k, y_k) or Federation
-    y : ndarray of shape (n_rows,), required with a Federation
-        Labels in the federation's row order.
-    model : MLP, optional
-        Checks the feature count.
-    """
-    if isinstance(data, Federation):
-        if y is None:
-            raise ValueError("a Federation holds no labels; pass y= (one label per row, federation order).")
-        y = np.asarray(y)
-        if y.shape != (data.n_rows,):
-            raise ValueError(f"y must have shape ({data.n_rows},); got {y.shape}.")
-        data = [(data.client(i), y[data.offsets[i]:data.offsets[i + 1]]) for i in range(data.n_clients)]
-    elif y is not None:
-        raise ValueError("y= is only used with a Federation; client lists carry their labels.")
-    if model is None:
-        return [(np.asarray(Xk, dtype=np.float64), np.asarray(yk, dtype=np.intp)) for Xk, yk in data]
-    return _check_clients(data, model)
 
 
 class GateLayout:
@@ -314,11 +289,6 @@ def _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, 
             "bits": _WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
 
 
-def _wire(x, cfg):
-    """What the receiver gets: values rounded to the declared wire precision."""
-    return x.astype(np.float32).astype(np.float64) if cfg["float32"] else x
-
-
 def _round(model, lay, state, clients, active, pi, cfg, rng):
     """Broadcast, local updates, server step; returns (uplink bits, downlink bits, values up, loss, info)."""
     state_alive = state["alive"].copy()
@@ -344,15 +314,8 @@ def _round(model, lay, state, clients, active, pi, cfg, rng):
     return up, down, values_up, loss, info
 
 
-def _accuracy(model, w, eval_data):
-    if eval_data is None:
-        return np.nan
-    X, y = eval_data
-    return float(np.mean(model.forward(w, np.asarray(X, dtype=np.float64)).argmax(axis=1) == np.asarray(y)))
-
-
 def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_epochs=1, batch_size=10,
-                  lr=0.05, lambda0=1e-4, temperature=1e-3, ce_weight=1e-4, prune_threshold=0.1,
+                  lr=0.05, lambda0=1e-3, temperature=1e-2, ce_weight=1e-4, prune_threshold=0.1,
                   theta_init=0.99, client_threshold_lr=1e-3, server_optimizer="average",
                   threshold_optimizer=None, prune_output=False, init=None, eval_data=None,
                   wire_dtype="float32", random_state=None, verbose=False, callback=None):
@@ -370,7 +333,10 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
     lambda0 : float >= 0
         L0 strength in nats per parameter (eq. 9); 0 still prunes nothing by design.
     temperature : float > 0
-        T of eq. 16 (paper: 1e-3).
+        T of eq. 16. The paper's 1e-3 makes the gate of a dense start
+        (theta = 0.99, ``||w_g|| - tau_g = 0.0046``) flip on the first SGD
+        steps of an MLP, pruning a random half of the units whatever lambda0;
+        1e-2 leaves lambda0 in control (docs/neural_sparse.md).
     ce_weight : float >= 0
         Down-weighting of the cross-entropy to theta (paper: 1e-4).
     prune_threshold : float in (0, 0.5)
