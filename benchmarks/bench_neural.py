@@ -36,14 +36,15 @@ N_CLIENTS, C = 100, 0.1
 TEST_ROWS = 1000
 SEED = 0
 # Rounds-to-target (table 1), two targets from the same runs. 90% is the
-# brief's example; 93% is the highest level FedAvg (lr 0.1) reached iid within
-# 100 rounds in the pilot and FedSGD passes it too, so both are "reachable by both".
+# brief's example; 93% is reached iid by FedAvg in ~35 rounds and by FedSGD
+# (max 95.5% in 1000 rounds) in the pilot, so both are "reachable by both",
+# and a higher target separates the methods more (paper 004 used 97% on full MNIST).
 TARGETS = (0.90, 0.93)
 CAPS = {"FedAvg": 300, "FedSGD": 1000}
 FEDAVG_LR, FEDSGD_LR = 0.2, 0.5  # best of pilot grids: FedAvg {0.1, 0.2}, FedSGD {0.5, 1.0}
 SPARSE_ROUNDS = 100
 LAMBDA0 = {"low": 1e-4, "mid": 1e-3, "high": 1e-2}
-PM_ROUNDS, PM_REG = 60, 30.0
+PM_ROUNDS, PM_REG = 40, 3.0  # pilot, 30 rounds iid: reg 2 -> -0.23 bpp, -0.9 pt; reg 6 -> -0.35 bpp, -2.6 pt
 RESULTS = pathlib.Path(__file__).parent / "results" / "neural.md"
 
 

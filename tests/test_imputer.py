@@ -135,3 +135,20 @@ def test_bad_input():
             FederatedImputer(model, n_components=20).fit(counts[:10])
     with pytest.raises(ValueError, match="model must be one of"):
         FederatedImputer("kmeans").fit(Xm)
+
+
+def test_cli_impute(tmp_path, capsys):
+    from fedemstats.cli import main
+
+    X = load_wine().data[:, :4]
+    Xm, mask = mcar(X, seed=10)
+    frame = pd.DataFrame(Xm, columns=list("abcd"))
+    frame.insert(0, "site", np.arange(len(X)) % 3)
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    assert main(["impute", "gaussian", str(tmp_path / "in.csv"), "--client-column", "site",
+                 "--out", str(tmp_path / "out.csv")]) == 0
+    out = pd.read_csv(tmp_path / "out.csv")
+    assert list(out.columns) == ["site", "a", "b", "c", "d"] and not out.isna().any().any()
+    ref = FederatedImputer(random_state=0, max_iter=101).fit(Xm, groups=frame["site"]).transform(Xm)
+    np.testing.assert_allclose(out[list("abcd")].to_numpy(), ref, rtol=1e-9)
+    assert "imputed" in capsys.readouterr().out
