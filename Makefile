@@ -24,8 +24,10 @@ $(VENV)/.installed-test: $(VENV)/bin/activate setup.py
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/fedemstats demo --out demo_output
 
+# One BLAS thread: numba's pool already uses both cores, and oversubscribed OpenBLAS
+# threads made small factorisations 100x slower on a 2-core machine.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q tests
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_gmm.py

@@ -111,7 +111,9 @@ def test_omega_formulas():
     assert RandomDithering(s=1).omega(10_000) == pytest.approx(100.0)
     per_block = RandomDithering(s=2, per_block=True)
     assert per_block.omega(18, BLOCKS) == pytest.approx(min(8 / 16, math.sqrt(8) / 2))
-    assert RandomDithering(s=2).omega(18, BLOCKS) == pytest.approx(min(18 / 16, math.sqrt(18) / 2))
+    single = RandomDithering(s=2, per_block=False)
+    assert single.omega(18, BLOCKS) == pytest.approx(min(18 / 16, math.sqrt(18) / 2))
+    assert RandomDithering(s=2).omega(18, BLOCKS) == per_block.omega(18, BLOCKS)  # per-block by default
     assert BlockP(p=2).omega(18, BLOCKS) == pytest.approx(math.sqrt(8) - 1)
     assert BlockP(p=np.inf).omega(16) == pytest.approx((1 + 4) / 2 - 1)
     assert RandK(k=4).omega(20) == pytest.approx(4.0)
@@ -134,7 +136,7 @@ def _reference_dither_payload(norms32, levels, s, elias):
     return norms32.astype("<f4").tobytes() + _bitstring_to_bytes(code), 32 * norms32.size + len(code)
 
 
-@pytest.mark.parametrize("comp", [RandomDithering(s=3), RandomDithering(s=4, per_block=True),
+@pytest.mark.parametrize("comp", [RandomDithering(s=3, per_block=False), RandomDithering(s=4, per_block=True),
                                   RandomDithering(s=2, coding="elias"),
                                   RandomDithering(s=5, r=np.inf, per_block=True, coding="elias")],
                          ids=repr)
@@ -240,7 +242,7 @@ def test_per_block_norms_are_float32_rounded_up():
 
 def test_per_block_dithering_has_lower_variance_on_unequal_blocks():
     x = _x()  # blocks at scales 10, 0.1, 1
-    whole = _draws(RandomDithering(s=2), x, BLOCKS, n=5000)
+    whole = _draws(RandomDithering(s=2, per_block=False), x, BLOCKS, n=5000)
     blocked = _draws(RandomDithering(s=2, per_block=True), x, BLOCKS, n=5000)
     small = slice(BLOCKS[1], None)  # the 0.1- and 1-scale blocks: no longer swamped by the 10-scale norm
     assert np.sum(blocked.var(axis=0)[small]) < 0.1 * np.sum(whole.var(axis=0)[small])
@@ -281,7 +283,8 @@ def test_bad_parameters_raise(factory, match):
 
 
 @pytest.mark.parametrize("spec, cls, attrs", [
-    ("dither:s=4", RandomDithering, {"s": 4, "r": 2.0, "per_block": False, "coding": "fixed"}),
+    ("dither:s=4", RandomDithering, {"s": 4, "r": 2.0, "per_block": True, "coding": "fixed"}),
+    ("dither:s=4,per_block=false", RandomDithering, {"per_block": False}),
     ("dither:s=4,r=inf", RandomDithering, {"s": 4, "r": np.inf}),
     ("dither:s=2,per_block=true,coding=elias", RandomDithering, {"per_block": True, "coding": "elias"}),
     ("blockp:p=2", BlockP, {"p": 2.0}), ("blockp:p=inf", BlockP, {"p": np.inf}),

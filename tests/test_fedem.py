@@ -165,3 +165,14 @@ def test_identity_encode_decode_roundtrip():
     comp = Identity()
     back = comp.decompress(comp.decode(comp.encode(comp.compress(x)), 7))
     np.testing.assert_array_equal(back, x)
+
+
+def test_divergence_is_a_clear_error_not_nan():
+    """A step far too large for the compression noise blows Ŝ up; the user gets told
+    what to change instead of a NaN model or an obscure overflow downstream."""
+    from fedemstats.algorithms.fedem import DivergenceError
+
+    fed = heterogeneous_federation()
+    algo = FedEM(GaussianMeanModel(3), compressor=RandomSign(), step_size=50.0, alpha=0.0, v_init="zero")
+    with pytest.raises(DivergenceError, match="Lower step_size"):
+        algo.run(fed, np.zeros(3), 500, 0)

@@ -16,6 +16,7 @@ CHECKS = {"check_omega": "omega", "check_heterogeneity": "heterogeneity",
 TIMEOUT_S = 150
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CHECKS))
 def test_script_claim_holds_in_quick_mode(script, tmp_path):
     env = dict(os.environ, MPLBACKEND="Agg")

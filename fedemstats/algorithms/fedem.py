@@ -18,13 +18,32 @@ from ..participation import make_participation
 from .base import AlgorithmState, FitResult, effective_omega, make_step_size
 from ._history import History
 
-__all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES"]
+__all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
+           "DivergenceError"]
 
 logger = logging.getLogger(__name__)
 
 V_INIT_CHOICES = ("mean-field", "zero")
 #: entropy of the per-client random streams is drawn below this bound (fits int64)
 ENTROPY_BOUND = 2**62
+
+
+#: |Ŝ| beyond this means the iterates have left any sensible range: statistics are means of
+#: data-scale quantities, and float32 quantisation norms overflow near 3.4e38
+DIVERGENCE_LIMIT = 1e30
+
+
+class DivergenceError(ValueError):
+    """The statistic iterate blew up: the step size is too large for this noise level."""
+
+
+def check_iterate(s_hat, round_, gamma):
+    """Raise :class:`DivergenceError` naming the fix if Ŝ is not finite or exploded."""
+    if not np.all(np.isfinite(s_hat)) or np.max(np.abs(s_hat)) > DIVERGENCE_LIMIT:
+        raise DivergenceError(
+            f"FedEM diverged at round {round_} (step size {gamma:g}): the statistics left the finite "
+            "range. Lower step_size (e.g. halve it), raise the compressor precision, or use "
+            "step_size='auto'.")
 
 
 def draw_entropy(rng) -> int:
@@ -189,6 +208,7 @@ class FedEM:
             q_rows, uplink, ll = np.empty((0, q)), 0, np.nan
         state.s_hat, state.v, _ = server_update(state.s_hat, state.v, q_rows, federation.weights[active],
                                                 pi, gamma, alpha)
+        check_iterate(state.s_hat, k + 1, gamma)
         state.round = k + 1
         downlink = active.size * q * FLOAT64_BITS
         ledger.record(state.round, uplink, downlink, active.size)

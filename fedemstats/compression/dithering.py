@@ -55,9 +55,13 @@ class RandomDithering(Compressor):
         Number of levels, ``1 <= s <= 2**30``.
     r : {2, inf}, default=2
         Norm used for scaling.
-    per_block : bool, default=False
+    per_block : bool, default=True
         One norm per statistic block (``blocks`` passed to :meth:`compress`);
-        without ``blocks`` the whole vector is one block.
+        without ``blocks`` the whole vector is one block. On by default (SPEC §2:
+        block quantisation uses the layout's blocks): statistic blocks differ in scale
+        (weights vs second moments), and one global norm lets the largest block's
+        scale swamp the small ones with noise — observed to collapse a mixture
+        component under mini-batch FedEM with a single norm.
     coding : {"fixed", "elias"}, default="fixed"
         Fixed-width signed levels, or Elias-gamma coded levels (shorter when most
         levels are 0, e.g. ``s`` small against ``sqrt(q)``).
@@ -80,7 +84,7 @@ class RandomDithering(Compressor):
 
     name = "dither"
 
-    def __init__(self, s=4, r=2, per_block=False, coding="fixed"):
+    def __init__(self, s=4, r=2, per_block=True, coding="fixed"):
         if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= MAX_LEVELS:
             raise ValueError(f"dithering needs an integer number of levels 1 <= s <= 2**30; got s={s!r}.")
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or r not in (2, float("inf")):

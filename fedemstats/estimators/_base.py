@@ -161,3 +161,7 @@ def _progress_bar(verbose, total, desc):
         return None
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, leave=False)
+
+
+# Registers "vr-fedem" and "online"; imported last because it needs ALGORITHMS above.
+from ..algorithms import registry_ext as _registry_ext  # noqa: E402,F401

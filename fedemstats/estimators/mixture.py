@@ -51,8 +51,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         User initial parameters (scikit-learn shapes).
     warm_start : bool, default=False
         Start from the previous fit's parameters.
-    algorithm : {"fedem", "em"}, default="fedem"
-        ``"em"`` is exact EM spread over clients (identity, everyone, γ = 1).
+    algorithm : {"fedem", "vr-fedem", "online", "em"}, default="fedem"
+        ``"em"`` is exact EM spread over clients (identity, everyone, γ = 1);
+        ``"vr-fedem"`` is VR-FedEM (paper 003 Algorithm 2, full participation only);
+        ``"online"`` is mini-batch online EM (Cappé & Moulines; needs ``batch_size``).
     compressor : str or Compressor, default="identity"
         E.g. ``"dither:s=4"``, ``"blockp:p=2"``, ``"randk:k=10"``.
     participation : float, int or Participation, default=1.0
@@ -64,7 +66,12 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Memory step; default ``1 / (1 + ω)``.
     v_init : {"mean-field", "zero"}, default="mean-field"
     batch_size : int, optional
-        Rows per client per round (stochastic FedEM); ``None`` is exact local means.
+        Rows per client per round (stochastic FedEM, VR-FedEM, online EM); ``None`` is
+        exact local means (VR-FedEM: Theorem 3's ``ceil(k_in / (1 + ω)²)``).
+    k_in : int, optional
+        VR-FedEM inner steps per outer loop; default ``ceil(sqrt(m))``.
+    online_power, online_gamma0 : float, default=0.6, 1.0
+        Online EM step ``γ_k = online_gamma0 · k^(-online_power)``, power in (1/2, 1].
     n_clients : int, default=10
         Number of iid clients when neither ``groups`` nor a list of arrays is given.
     client_weights : {"samples", "uniform"}, default="samples"
@@ -96,8 +103,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
                  max_iter=100, n_init=1, init_params="kmeans", weights_init=None, means_init=None,
                  precisions_init=None, warm_start=False, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
-                 batch_size=None, n_clients=10, client_weights="samples", track_h=False,
-                 random_state=None, verbose=0, verbose_interval=10):
+                 batch_size=None, k_in=None, online_power=0.6, online_gamma0=1.0, n_clients=10,
+                 client_weights="samples", track_h=False, random_state=None, verbose=0, verbose_interval=10):
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -116,6 +123,9 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.alpha = alpha
         self.v_init = v_init
         self.batch_size = batch_size
+        self.k_in = k_in
+        self.online_power = online_power
+        self.online_gamma0 = online_gamma0
         self.n_clients = n_clients
         self.client_weights = client_weights
         self.track_h = track_h
