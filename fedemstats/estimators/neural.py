@@ -208,6 +208,9 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
             raise NotImplementedError(f"method={self.method!r} needs {module_name}.{func_name}.") from exc
         # Contract with part 2: run_*(model, clients, *, rounds, client_fraction, local_epochs,
         # batch_size, lr, wire_dtype, random_state, verbose) -> result with history, ledger, predict_proba.
+        if self.method == "fedpm":
+            # FedPM uploads binary masks and never sends float parameters: no wire dtype
+            settings = {k: v for k, v in settings.items() if k != "wire_dtype"}
         return run(model, clients, **settings)
 
     def predict_proba(self, X):

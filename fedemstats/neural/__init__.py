@@ -4,10 +4,15 @@ from .mlp import MLP
 from .optim import SGD, Adam, Adamax, Optimizer, make_optimizer
 from .partition import dirichlet_clients, iid_clients, pathological_clients, split_clients
 from .priors import GaussianPrior, LaplacePrior, MixturePrior, Prior, weighted_median
+from .baselines import run_feddrop, run_topk_masks
+from .coding import decode_mask, encode_mask
+from .fedpm import run_fedpm
+from .fedsparse import run_fedsparse
 
 __all__ = [
     "MLP", "SGD", "Adam", "Adamax", "Optimizer", "make_optimizer",
     "Prior", "GaussianPrior", "LaplacePrior", "MixturePrior", "weighted_median",
     "run_hard_em", "local_sgd", "HardEMResult",
     "split_clients", "iid_clients", "pathological_clients", "dirichlet_clients",
+    "run_fedsparse", "run_fedpm", "run_feddrop", "run_topk_masks", "encode_mask", "decode_mask",
 ]

@@ -24,7 +24,7 @@ from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
 from .fedpm import _accuracy, _wire, client_list, run_fedpm
 from .fedsparse import GateLayout
-from .hard_em import _WIRE_BITS, _sampler_for, check_batch_size, local_sgd, make_client_sampler
+from .hard_em import WIRE_BITS, sampler_for, check_batch_size, local_sgd, make_client_sampler
 
 __all__ = ["TopKRule", "run_topk_masks", "FedDropResult", "run_feddrop"]
 
@@ -169,13 +169,13 @@ def run_feddrop(model, clients, y=None, *, rate=0.25, rounds=10, client_fraction
     rate = check_positive(rate, "rate")
     if not rate < 1.0:
         raise ValueError(f"rate must lie in (0, 1); got {rate!r}.")
-    if wire_dtype not in _WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(_WIRE_BITS)}; got {wire_dtype!r}.")
+    if wire_dtype not in WIRE_BITS:
+        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
     cfg = {"rate": rate, "epochs": check_int(local_epochs, "local_epochs E"),
            "batch_size": check_batch_size(batch_size), "lr": check_positive(lr, "lr"),
-           "bits": _WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
+           "bits": WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
     clients = client_list(clients, y, model)
-    sampler = _sampler_for(make_client_sampler(client_fraction), len(clients))
+    sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     lay = GateLayout(model)
     w = model.init_params(rng) if init is None else np.array(init, dtype=np.float64)
     ledger, history = BitLedger(), {k: [] for k in ("round", "n_active", "uplink_bits", "downlink_bits",

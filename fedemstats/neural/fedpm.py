@@ -34,7 +34,7 @@ from .._validation import check_int, check_positive, check_rng
 from ..federation import Federation
 from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
-from .hard_em import _check_clients, _sampler_for, check_batch_size, make_client_sampler
+from .hard_em import check_clients, sampler_for, check_batch_size, make_client_sampler
 from .optim import Adam
 
 __all__ = ["FedPMResult", "BernoulliRule", "run_fedpm", "signed_constants", "client_list"]
@@ -67,7 +67,7 @@ def client_list(data, y=None, model=None):
         raise ValueError("y= is only used with a Federation; client lists carry their labels.")
     if model is None:
         return [(np.asarray(Xk, dtype=np.float64), np.asarray(yk, dtype=np.intp)) for Xk, yk in data]
-    return _check_clients(data, model)
+    return check_clients(data, model)
 
 
 def _wire(x, cfg):
@@ -261,7 +261,7 @@ def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_e
     rng = check_rng(random_state)
     cfg = _settings(lr, reg, clip_eps, local_epochs, batch_size, BernoulliRule() if rule is None else rule)
     clients = client_list(clients, y, model)
-    sampler = _sampler_for(make_client_sampler(client_fraction), len(clients))
+    sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     eval_rng = np.random.default_rng(rng.integers(2 ** 63))
     index, consts = signed_constants(model, int(rng.integers(2 ** 63)))
     theta = _initial_theta(theta_init, index.size, cfg["eps"], rng)

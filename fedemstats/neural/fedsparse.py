@@ -36,16 +36,15 @@ import numpy as np
 from scipy.special import expit
 
 from .._validation import check_int, check_positive, check_rng
-from ..ledger import FLOAT32_BITS, FLOAT64_BITS, BitLedger
+from ..ledger import BitLedger
 from .fedpm import _accuracy, _wire, client_list
-from .hard_em import _sampler_for, check_batch_size, make_client_sampler
+from .hard_em import WIRE_BITS, check_batch_size, make_client_sampler, sampler_for
 from .optim import SGD, Adamax, Optimizer, make_optimizer
 
 __all__ = ["FedSparseResult", "GateLayout", "run_fedsparse", "hard_concrete"]
 
 logger = logging.getLogger(__name__)
 
-_WIRE_BITS = {"float32": FLOAT32_BITS, "float64": FLOAT64_BITS}
 # Hard-concrete stretch interval and temperature: Louizos et al. (2018), section 4.
 HC_BETA, HC_GAMMA, HC_ZETA = 2.0 / 3.0, -0.1, 1.1
 # Shift making P(z > 0) of the hard concrete equal sigmoid(log_alpha - shift) (Louizos eq. 12).
@@ -270,8 +269,8 @@ def _check_open_unit(value, name, upper=1.0):
 
 def _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, client_threshold_lr,
               server_optimizer, threshold_optimizer, local_epochs, batch_size, wire_dtype):
-    if wire_dtype not in _WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(_WIRE_BITS)}; got {wire_dtype!r}.")
+    if wire_dtype not in WIRE_BITS:
+        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
     server = server_optimizer if server_optimizer == "average" else make_optimizer(server_optimizer)
     if isinstance(server, Optimizer):
         server.reset()
@@ -286,7 +285,7 @@ def _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, 
                                                                                    "client_threshold_lr"),
             "server_optimizer": server, "threshold_optimizer": thr,
             "epochs": check_int(local_epochs, "local_epochs E"), "batch_size": check_batch_size(batch_size),
-            "bits": _WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
+            "bits": WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
 
 
 def _round(model, lay, state, clients, active, pi, cfg, rng):
@@ -370,7 +369,7 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
                     server_optimizer, Adamax(lr=1e-2) if threshold_optimizer is None else threshold_optimizer,
                     local_epochs, batch_size, wire_dtype)
     clients = client_list(clients, y, model)
-    sampler = _sampler_for(make_client_sampler(client_fraction), len(clients))
+    sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     lay = GateLayout(model, prune_output)
     state = _init_state(model, lay, init, cfg["theta_init"], cfg["temperature"], rng)
     _prune(state, lay, cfg)

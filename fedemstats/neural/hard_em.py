@@ -35,7 +35,7 @@ __all__ = ["HardEMResult", "run_hard_em", "local_sgd", "make_client_sampler", "c
 
 logger = logging.getLogger(__name__)
 
-_WIRE_BITS = {"float32": FLOAT32_BITS, "float64": FLOAT64_BITS}
+WIRE_BITS = {"float32": FLOAT32_BITS, "float64": FLOAT64_BITS}
 
 
 @dataclass
@@ -88,7 +88,7 @@ def make_client_sampler(client_fraction) -> Participation | float:
     return check_probability(client_fraction, "client_fraction C")
 
 
-def _sampler_for(spec, n_clients) -> Participation:
+def sampler_for(spec, n_clients) -> Participation:
     if isinstance(spec, Participation):
         return spec
     # Paper 004, Algorithm 1: m = max(C K, 1); rounding guards against 0.3 * 10 = 2.999...
@@ -145,7 +145,7 @@ def _on_wire(x, wire_dtype):
     return x.astype(np.float32).astype(np.float64) if wire_dtype == "float32" else x
 
 
-def _check_clients(clients, model):
+def check_clients(clients, model):
     if len(clients) == 0:
         raise ValueError("clients is empty; pass a list of (X_k, y_k) pairs.")
     out = []
@@ -243,14 +243,14 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
     """
     rng = check_rng(random_state)
     prior = GaussianPrior(0.0) if prior is None else prior
-    if wire_dtype not in _WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(_WIRE_BITS)}; got {wire_dtype!r}.")
-    clients = _check_clients(clients, model)
+    if wire_dtype not in WIRE_BITS:
+        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
+    clients = check_clients(clients, model)
     settings = {"epochs": check_int(local_epochs, "local_epochs E"), "batch_size": check_batch_size(batch_size),
                 "lr": check_positive(lr, "learning rate"), "wire_dtype": wire_dtype,
                 "uplink_hook": uplink_hook, "eval_data": eval_data, "track_train_loss": track_train_loss,
                 "verbose": verbose, "callback": callback}
-    sampler = _sampler_for(make_client_sampler(client_fraction), len(clients))
+    sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     rounds = check_int(rounds, "rounds")
     w0 = model.init_params(rng) if init is None else np.array(init, dtype=np.float64)
     if w0.shape != (model.n_params,):
@@ -267,7 +267,7 @@ def _train(model, prior, state, clients, sampler, rounds, settings, rng):
     ledger, assignments = BitLedger(), {}
     history = {key: [] for key in ("round", "n_active", "uplink_bits", "downlink_bits",
                                    "local_loss", "train_loss", "test_accuracy", "seconds")}
-    bits = _WIRE_BITS[settings["wire_dtype"]]
+    bits = WIRE_BITS[settings["wire_dtype"]]
     for t in tqdm(range(1, rounds + 1), disable=not settings["verbose"], desc=type(prior).__name__):
         tic = time.perf_counter()
         active, pi = sampler.sample(t, len(clients), rng)
