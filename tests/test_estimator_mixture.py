@@ -20,7 +20,7 @@ def blobs(n=900, seed=0):
 
 def sklearn_init(X, ctype, seed=1):
     rng = np.random.default_rng(seed)
-    K, d = 3, X.shape[1]
+    K = 3
     means = X[rng.choice(X.shape[0], K, replace=False)] + 0.5
     weights = np.array([0.2, 0.3, 0.5])
     prec = np.linalg.inv(np.cov(X.T))

@@ -4,9 +4,6 @@ import importlib.util
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedemstats.estimators.neural import FederatedMLPClassifier
@@ -23,16 +20,8 @@ def test_sklearn_compatible(estimator, check):
     check(estimator)
 
 
-@pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
-    scaler = StandardScaler().fit(Xtr)
-    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
-
-
-def test_fedavg_on_digits_with_history(digits):
-    Xtr, Xte, ytr, yte = digits
+def test_fedavg_on_digits_with_history(digits_standardised):
+    Xtr, Xte, ytr, yte = digits_standardised
     clf = FederatedMLPClassifier(hidden_layer_sizes=(32,), local_epochs=5, max_iter=20, random_state=0).fit(Xtr, ytr)
     assert clf.score(Xte, yte) > 0.9
     assert isinstance(clf.history_, pd.DataFrame) and len(clf.history_) == clf.n_iter_ == 20
@@ -41,8 +30,8 @@ def test_fedavg_on_digits_with_history(digits):
     assert clf.params_.shape == (64 * 32 + 32 + 32 * 10 + 10,)
 
 
-def test_groups_define_clients_and_fraction(digits):
-    Xtr, _, ytr, _ = digits
+def test_groups_define_clients_and_fraction(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     groups = np.arange(ytr.size) % 7
     clf = FederatedMLPClassifier(hidden_layer_sizes=(8,), max_iter=3, client_fraction=0.3,
                                  random_state=0).fit(Xtr, ytr, groups=groups)
@@ -51,8 +40,8 @@ def test_groups_define_clients_and_fraction(digits):
         clf.fit(Xtr, ytr, groups=groups[:10])
 
 
-def test_same_seed_same_model(digits):
-    Xtr, Xte, ytr, _ = digits
+def test_same_seed_same_model(digits_standardised):
+    Xtr, Xte, ytr, _ = digits_standardised
     kw = dict(hidden_layer_sizes=(8,), max_iter=3, client_fraction=0.5, random_state=3)
     a = FederatedMLPClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)
     b = FederatedMLPClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)
@@ -69,21 +58,21 @@ def test_same_seed_same_model(digits):
     (dict(layer_sizes=(64, 10, 9)), "layer_sizes"),
     (dict(mu=-1.0), "mu"),
 ])
-def test_bad_input_raises_clear_value_error(digits, params, match):
-    Xtr, _, ytr, _ = digits
+def test_bad_input_raises_clear_value_error(digits_standardised, params, match):
+    Xtr, _, ytr, _ = digits_standardised
     with pytest.raises(ValueError, match=match):
         FederatedMLPClassifier(max_iter=1, **params).fit(Xtr, ytr)
 
 
-def test_full_layer_sizes_accepted(digits):
-    Xtr, _, ytr, _ = digits
+def test_full_layer_sizes_accepted(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     clf = FederatedMLPClassifier(layer_sizes=(64, 12, 10), max_iter=1).fit(Xtr, ytr)
     assert clf.layer_sizes_ == (64, 12, 10)
 
 
-def test_unseen_label_at_score_time_counts_as_error(digits):
+def test_unseen_label_at_score_time_counts_as_error(digits_standardised):
     # As scikit-learn's classifiers: accuracy_score counts an unseen label as a miss, no error.
-    Xtr, Xte, ytr, yte = digits
+    Xtr, Xte, ytr, yte = digits_standardised
     keep = ytr < 9
     clf = FederatedMLPClassifier(hidden_layer_sizes=(16,), max_iter=10, random_state=0).fit(Xtr[keep], ytr[keep])
     assert 9 not in clf.classes_
@@ -92,8 +81,8 @@ def test_unseen_label_at_score_time_counts_as_error(digits):
     assert clf.score(Xte, yte) == pytest.approx(acc_seen * (~unseen).mean())
 
 
-def test_mixture_method_exposes_components(digits):
-    Xtr, _, ytr, _ = digits
+def test_mixture_method_exposes_components(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     clf = FederatedMLPClassifier(method="mixture", n_components=3, hidden_layer_sizes=(8,), max_iter=2,
                                  random_state=0).fit(Xtr, ytr)
     assert clf.params_.shape[0] == 3
@@ -102,8 +91,8 @@ def test_mixture_method_exposes_components(digits):
 
 @pytest.mark.parametrize("method, module", [("fedsparse", "fedemstats.neural.fedsparse"),
                                             ("fedpm", "fedemstats.neural.fedpm")])
-def test_external_methods_run_or_say_not_implemented(digits, method, module):
-    Xtr, _, ytr, _ = digits
+def test_external_methods_run_or_say_not_implemented(digits_standardised, method, module):
+    Xtr, _, ytr, _ = digits_standardised
     clf = FederatedMLPClassifier(method=method, hidden_layer_sizes=(8,), max_iter=2, random_state=0)
     if importlib.util.find_spec(module) is None:
         with pytest.raises(NotImplementedError, match=method):

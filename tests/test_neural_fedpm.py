@@ -1,10 +1,8 @@
-"""FedPM with the entropy regulariser (paper 002) and the Top-k mask baseline on scikit-learn digits."""
+"""FedPM with the entropy regulariser (paper 002) and the Top-k mask baseline on scikit-learn digits_iid20."""
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
-from fedemstats.neural import MLP, iid_clients
+from fedemstats.neural import MLP
 from fedemstats.neural.baselines import run_topk_masks
 from fedemstats.neural.coding import coded_bits, empirical_entropy_bits
 from fedemstats.neural.fedpm import run_fedpm, signed_constants
@@ -14,15 +12,8 @@ COMMON = dict(rounds=25, client_fraction=0.25, local_epochs=2, batch_size=10, lr
 
 
 @pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
-    return iid_clients(Xtr, ytr, 20, random_state=0), (Xte, yte)
-
-
-@pytest.fixture(scope="module")
-def plain(digits):
-    clients, test = digits
+def plain(digits_iid20):
+    clients, test = digits_iid20
     log = []
     res = run_fedpm(MLP(LAYERS), clients, reg=0.0, eval_data=test, random_state=0,
                     callback=lambda t, info: log.append(info), **COMMON)
@@ -30,8 +21,8 @@ def plain(digits):
 
 
 @pytest.fixture(scope="module")
-def regularised(digits):
-    clients, test = digits
+def regularised(digits_iid20):
+    clients, test = digits_iid20
     return run_fedpm(MLP(LAYERS), clients, reg=3.0, eval_data=test, random_state=0, **COMMON)
 
 
@@ -78,8 +69,8 @@ def test_signed_constants():
     np.testing.assert_array_equal(signed_constants(model, 11)[1], consts)
 
 
-def test_reproducible_with_a_seed(digits):
-    clients, _ = digits
+def test_reproducible_with_a_seed(digits_iid20):
+    clients, _ = digits_iid20
     kw = dict(COMMON, rounds=2, reg=1.0)
     a = run_fedpm(MLP(LAYERS), clients, random_state=3, **kw)
     b = run_fedpm(MLP(LAYERS), clients, random_state=3, **kw)
@@ -89,8 +80,8 @@ def test_reproducible_with_a_seed(digits):
     assert not np.array_equal(a.theta, c.theta)
 
 
-def test_topk_uploads_exactly_k_per_layer(digits):
-    clients, test = digits
+def test_topk_uploads_exactly_k_per_layer(digits_iid20):
+    clients, test = digits_iid20
     log = []
     model = MLP(LAYERS)
     res = run_topk_masks(model, clients, k=0.3, eval_data=test, random_state=0,
@@ -111,12 +102,12 @@ def test_topk_uploads_exactly_k_per_layer(digits):
     ({"lr": 0.0}, "lr"),
     ({"batch_size": 0}, "batch_size"),
 ])
-def test_bad_input(digits, kw, match):
+def test_bad_input(digits_iid20, kw, match):
     with pytest.raises(ValueError, match=match):
-        run_fedpm(MLP(LAYERS), digits[0], **kw)
+        run_fedpm(MLP(LAYERS), digits_iid20[0], **kw)
 
 
-def test_topk_bad_k(digits):
+def test_topk_bad_k(digits_iid20):
     for k in (0.0, 1.0):
         with pytest.raises(ValueError, match="k must"):
-            run_topk_masks(MLP(LAYERS), digits[0], k=k)
+            run_topk_masks(MLP(LAYERS), digits_iid20[0], k=k)

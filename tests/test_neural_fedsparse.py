@@ -1,13 +1,11 @@
-"""FedSparse (paper 001, Algorithms 1-2) and the Federated Dropout baseline on scikit-learn digits."""
+"""FedSparse (paper 001, Algorithms 1-2) and the Federated Dropout baseline on scikit-learn digits_iid20."""
 import numpy as np
 import pytest
 from scipy.special import expit
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from fedemstats.federation import Federation
 from fedemstats.ledger import FLOAT32_BITS
-from fedemstats.neural import MLP, iid_clients, run_hard_em
+from fedemstats.neural import MLP, run_hard_em
 from fedemstats.neural.baselines import run_feddrop
 from fedemstats.neural.fedsparse import GateLayout, _client_grads, hard_concrete, run_fedsparse
 
@@ -17,21 +15,14 @@ SPARSE = dict(COMMON, temperature=0.01, client_threshold_lr=0.01)
 
 
 @pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
-    return iid_clients(Xtr, ytr, 20, random_state=0), (Xte, yte)
-
-
-@pytest.fixture(scope="module")
-def fedavg(digits):
-    clients, test = digits
+def fedavg(digits_iid20):
+    clients, test = digits_iid20
     return run_hard_em(MLP((64, 32, 10)), clients, eval_data=test, random_state=0, **COMMON)
 
 
 @pytest.fixture(scope="module")
-def sparse_run(digits):
-    clients, test = digits
+def sparse_run(digits_iid20):
+    clients, test = digits_iid20
     log = []
     res = run_fedsparse(MLP((64, 32, 10)), clients, lambda0=0.03, eval_data=test, random_state=0,
                         callback=lambda t, info: log.append(info), **SPARSE)
@@ -74,15 +65,15 @@ def test_ledger_counts_exactly_the_sent_values_and_masks(sparse_run):
     assert res.ledger.total == sum(res.history["uplink_bits"]) + sum(res.history["downlink_bits"])
 
 
-def test_lambda0_controls_sparsity(digits):
-    clients, _ = digits
+def test_lambda0_controls_sparsity(digits_iid20):
+    clients, _ = digits_iid20
     sp = [run_fedsparse(MLP((64, 32, 10)), clients, lambda0=lam, random_state=0, **SPARSE).sparsity
           for lam in (0.0, 0.3)]
     assert sp[0] < 0.1 < sp[1] - 0.3
 
 
-def test_reproducible_with_a_seed_and_federation_input(digits):
-    clients, _ = digits
+def test_reproducible_with_a_seed_and_federation_input(digits_iid20):
+    clients, _ = digits_iid20
     kw = dict(SPARSE, rounds=3, lambda0=0.1)
     a = run_fedsparse(MLP((64, 32, 10)), clients, random_state=5, **kw)
     b = run_fedsparse(MLP((64, 32, 10)), clients, random_state=np.random.default_rng(5), **kw)
@@ -130,8 +121,8 @@ def test_threshold_gradient_matches_finite_differences():
     np.testing.assert_allclose(grad_v, fd, rtol=1e-4, atol=1e-7)
 
 
-def test_feddrop_sends_only_the_submodel(digits):
-    clients, test = digits
+def test_feddrop_sends_only_the_submodel(digits_iid20):
+    clients, test = digits_iid20
     res = run_feddrop(MLP((64, 32, 10)), clients, rate=0.25, eval_data=test, random_state=0, **COMMON)
     # 24 of 32 hidden units kept: 64*24 + 24 weights and biases in, 24*10 + 10 out; plus a 32-bit unit mask.
     per_client = (64 * 24 + 24 + 24 * 10 + 10) * FLOAT32_BITS + 32
@@ -152,15 +143,15 @@ def test_feddrop_sends_only_the_submodel(digits):
     ({"rounds": 0}, "rounds"),
     ({"client_fraction": 1.5}, "client_fraction"),
 ])
-def test_bad_input(digits, kw, match):
-    clients, _ = digits
+def test_bad_input(digits_iid20, kw, match):
+    clients, _ = digits_iid20
     with pytest.raises(ValueError, match=match):
         run_fedsparse(MLP((64, 32, 10)), clients, **kw)
 
 
-def test_federation_needs_labels(digits):
-    fed = Federation.from_clients([c[0] for c in digits[0]])
+def test_federation_needs_labels(digits_iid20):
+    fed = Federation.from_clients([c[0] for c in digits_iid20[0]])
     with pytest.raises(ValueError, match="labels"):
         run_fedsparse(MLP((64, 32, 10)), fed)
     with pytest.raises(ValueError, match="feature"):
-        run_fedsparse(MLP((10, 4, 10)), digits[0])
+        run_fedsparse(MLP((10, 4, 10)), digits_iid20[0])

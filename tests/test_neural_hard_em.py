@@ -1,9 +1,6 @@
 """Hard-EM federated training: FedAvg/FedSGD settings, priors, robustness (SPEC §8)."""
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 
 from fedemstats.ledger import FLOAT32_BITS
 from fedemstats.neural import (MLP, GaussianPrior, LaplacePrior, MixturePrior, iid_clients,
@@ -15,20 +12,12 @@ MAX_MEDIAN_DROP = 0.02   # median server: accuracy loss under attack, in accurac
 MIN_MEAN_DROP = 0.20     # mean server: "collapse" = at least 20 points lost
 
 
-@pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
-    scaler = StandardScaler().fit(Xtr)
-    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
-
-
 def _accuracy(result, X, y):
     return float(np.mean(result.predict_proba(X).argmax(axis=1) == y))
 
 
-def test_fedavg_one_client_full_batch_is_one_gd_step(digits):
-    Xtr, _, ytr, _ = digits
+def test_fedavg_one_client_full_batch_is_one_gd_step(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     model = MLP((64, 16, 10))
     w0 = model.init_params(np.random.default_rng(1))
     res = run_hard_em(model, [(Xtr, ytr)], GaussianPrior(0.0), rounds=1, client_fraction=1.0, local_epochs=1,
@@ -37,9 +26,9 @@ def test_fedavg_one_client_full_batch_is_one_gd_step(digits):
     np.testing.assert_allclose(res.state, expected, rtol=1e-13, atol=1e-15)
 
 
-def test_fedsgd_over_unequal_clients_is_pooled_gd_step(digits):
+def test_fedsgd_over_unequal_clients_is_pooled_gd_step(digits_standardised):
     # n_k/n weighting makes the average of client steps the gradient step of the pooled mean loss.
-    Xtr, _, ytr, _ = digits
+    Xtr, _, ytr, _ = digits_standardised
     model = MLP((64, 10))
     w0 = model.init_params(np.random.default_rng(2))
     cuts = [100, 400, 1257]
@@ -50,8 +39,8 @@ def test_fedsgd_over_unequal_clients_is_pooled_gd_step(digits):
     np.testing.assert_allclose(res.state, expected, rtol=1e-12, atol=1e-14)
 
 
-def test_fedavg_learns_digits_and_records_history(digits):
-    Xtr, Xte, ytr, yte = digits
+def test_fedavg_learns_digits_and_records_history(digits_standardised):
+    Xtr, Xte, ytr, yte = digits_standardised
     model = MLP((64, 32, 10))
     clients = iid_clients(Xtr, ytr, 10, random_state=0)
     res = run_hard_em(model, clients, rounds=20, client_fraction=0.5, batch_size=32, lr=0.1,
@@ -65,23 +54,23 @@ def test_fedavg_learns_digits_and_records_history(digits):
     assert h["test_accuracy"].iloc[-1] > 0.9
 
 
-def test_tiny_fraction_still_samples_one_client(digits):
-    Xtr, _, ytr, _ = digits
+def test_tiny_fraction_still_samples_one_client(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     res = run_hard_em(MLP((64, 10)), iid_clients(Xtr, ytr, 5, random_state=0), rounds=3,
                       client_fraction=0.01, random_state=0)
     assert res.history["n_active"] == [1, 1, 1]
 
 
-def test_bernoulli_participation_with_empty_rounds_keeps_state(digits):
-    Xtr, _, ytr, _ = digits
+def test_bernoulli_participation_with_empty_rounds_keeps_state(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     res = run_hard_em(MLP((64, 10)), iid_clients(Xtr, ytr, 2, random_state=0), rounds=30,
                       client_fraction=BernoulliParticipation(0.2), random_state=0)
     assert 0 in res.history["n_active"]
     assert np.all(np.isfinite(res.state))
 
 
-def test_reproducible_with_seed(digits):
-    Xtr, _, ytr, _ = digits
+def test_reproducible_with_seed(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     clients = pathological_clients(Xtr, ytr, 6, random_state=0)
     kw = dict(rounds=3, client_fraction=0.5, batch_size=16, lr=0.05)
     a = run_hard_em(MLP((64, 8, 10)), clients, random_state=7, **kw)
@@ -92,8 +81,8 @@ def test_reproducible_with_seed(digits):
     assert not np.array_equal(a.state, c.state)
 
 
-def test_fedopt_sgd_with_unit_rate_equals_mean(digits):
-    Xtr, _, ytr, _ = digits
+def test_fedopt_sgd_with_unit_rate_equals_mean(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     clients = iid_clients(Xtr, ytr, 4, random_state=0)
     kw = dict(rounds=3, batch_size=64, random_state=3, wire_dtype="float64")
     a = run_hard_em(MLP((64, 10)), clients, GaussianPrior(0.0), **kw)
@@ -101,8 +90,8 @@ def test_fedopt_sgd_with_unit_rate_equals_mean(digits):
     np.testing.assert_allclose(a.state, b.state, rtol=1e-12, atol=1e-14)
 
 
-def test_fedprox_pull_keeps_local_models_closer(digits):
-    Xtr, _, ytr, _ = digits
+def test_fedprox_pull_keeps_local_models_closer(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     model = MLP((64, 10))
     w0 = model.init_params(0)
     dists = []
@@ -113,8 +102,8 @@ def test_fedprox_pull_keeps_local_models_closer(digits):
     assert dists[1] < 0.8 * dists[0]
 
 
-def test_median_server_is_robust_to_a_scaled_client(digits):
-    Xtr, Xte, ytr, yte = digits
+def test_median_server_is_robust_to_a_scaled_client(digits_standardised):
+    Xtr, Xte, ytr, yte = digits_standardised
     model = MLP((64, 32, 10))
     clients = iid_clients(Xtr, ytr, 10, random_state=0)
 
@@ -143,8 +132,8 @@ def test_weighted_median_matches_numpy_and_repetition():
         weighted_median(V, -w)
 
 
-def test_mixture_separates_conflicting_label_maps(digits):
-    Xtr, Xte, ytr, yte = digits
+def test_mixture_separates_conflicting_label_maps(digits_standardised):
+    Xtr, Xte, ytr, yte = digits_standardised
     rng = np.random.default_rng(0)
     perm = np.roll(np.arange(10), 3)  # group B names every digit with another's label
     gtr, gte = rng.integers(0, 2, ytr.size), rng.integers(0, 2, yte.size)
@@ -166,8 +155,8 @@ def test_mixture_separates_conflicting_label_maps(digits):
     assert mix.history["downlink_bits"][-1] == 10 * 2 * model.n_params * FLOAT32_BITS
 
 
-def test_soft_mixture_reduces_to_gaussian_with_one_component(digits):
-    Xtr, _, ytr, _ = digits
+def test_soft_mixture_reduces_to_gaussian_with_one_component(digits_standardised):
+    Xtr, _, ytr, _ = digits_standardised
     clients = iid_clients(Xtr, ytr, 3, random_state=0)
     kw = dict(rounds=2, batch_size=64, random_state=0, wire_dtype="float64")
     a = run_hard_em(MLP((64, 10)), clients, GaussianPrior(0.1), **kw)
@@ -180,8 +169,8 @@ def test_soft_mixture_reduces_to_gaussian_with_one_component(digits):
     (dict(local_epochs=0), "local_epochs"), (dict(batch_size=0), "batch_size"),
     (dict(lr=-1.0), "learning rate"), (dict(wire_dtype="float16"), "wire_dtype"),
 ])
-def test_bad_settings_raise(digits, kw, match):
-    Xtr, _, ytr, _ = digits
+def test_bad_settings_raise(digits_standardised, kw, match):
+    Xtr, _, ytr, _ = digits_standardised
     with pytest.raises(ValueError, match=match):
         run_hard_em(MLP((64, 10)), [(Xtr, ytr)], rounds=1, **kw)
 

@@ -21,6 +21,7 @@ __all__ = [
     "effective_omega",
     "AlgorithmState",
     "FitResult",
+    "drive_rounds",
 ]
 
 #: Scale of the "auto" step size gamma = AUTO_STEP_SCALE * sqrt(n) / (1 + omega)^(3/2).
@@ -148,3 +149,19 @@ class FitResult:
     history: pd.DataFrame
     ledger: BitLedger
     converged: bool = False
+
+
+def drive_rounds(algo, state, federation, rng, n_rounds, *, schedule, alpha, ledger, history,
+                 tol=None, exact_ll=False, progress=None) -> bool:
+    """Call ``algo.round`` for rounds 1..n_rounds; return whether ``tol`` stopped it.
+
+    Shared by FedEM and VR-FedEM so that progress reporting and the stopping rule
+    (change of the exact mean log-likelihood below ``tol``) are the same everywhere.
+    """
+    for k in range(1, n_rounds + 1):
+        algo.round(state, federation, rng, schedule(k), alpha, ledger, history)
+        if progress is not None:
+            progress(k, history.last())
+        if tol is not None and exact_ll and abs(history.delta("loglik")) < tol:
+            return True
+    return False

@@ -15,7 +15,7 @@ from .._validation import check_int, check_positive, check_rng, client_round_rng
 from ..compression import make_compressor
 from ..ledger import FLOAT64_BITS, BitLedger
 from ..participation import make_participation
-from .base import AlgorithmState, FitResult, effective_omega, make_step_size
+from .base import AlgorithmState, FitResult, drive_rounds, effective_omega, make_step_size
 from ._history import History
 
 __all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
@@ -257,13 +257,7 @@ class FedEM:
         schedule, alpha = self.schedule(federation), self.resolved_alpha()
         exact_ll = self.batch_size is None and effective_omega(
             0.0, self.participation.inclusion(federation.n_clients)) == 0.0
-        converged = False
-        for k in range(1, n_rounds + 1):
-            self.round(state, federation, rng, schedule(k), alpha, ledger, history)
-            if progress is not None:
-                progress(k, history.last())
-            if tol is not None and exact_ll and abs(history.delta("loglik")) < tol:
-                converged = True
-                break
+        converged = drive_rounds(self, state, federation, rng, n_rounds, schedule=schedule, alpha=alpha,
+                                 ledger=ledger, history=history, tol=tol, exact_ll=exact_ll, progress=progress)
         logger.debug("FedEM finished after %d rounds (converged=%s)", state.round, converged)
         return FitResult(self.model.t_map(state.s_hat), state, history.to_frame(), ledger, converged)

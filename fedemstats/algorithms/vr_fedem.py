@@ -24,7 +24,7 @@ from .._validation import check_int, check_rng, client_round_rng
 from ..ledger import FLOAT64_BITS, BitLedger
 from ..participation import FullParticipation, make_participation
 from ._history import History
-from .base import FitResult
+from .base import FitResult, drive_rounds
 from .fedem import FedEM, client_update, server_update
 
 __all__ = ["VRFedEM", "theorem3_batch_size", "default_k_in"]
@@ -202,13 +202,8 @@ class VRFedEM:
         ledger, history = BitLedger(), History()
         state = self.init_state(federation, theta0, rng, ledger, history)
         schedule, alpha = self._fedem.schedule(federation), self.resolved_alpha()
-        exact_ll, converged = state.extra["batch"] is None, False
-        for k in range(1, n_rounds + 1):
-            self.round(state, federation, rng, schedule(k), alpha, ledger, history)
-            if progress is not None:
-                progress(k, history.last())
-            if tol is not None and exact_ll and abs(history.delta("loglik")) < tol:
-                converged = True
-                break
+        converged = drive_rounds(self, state, federation, rng, n_rounds, schedule=schedule, alpha=alpha,
+                                 ledger=ledger, history=history, tol=tol,
+                                 exact_ll=state.extra["batch"] is None, progress=progress)
         logger.debug("VR-FedEM finished after %d rounds, %d outer loops", state.round, state.extra["outer"])
         return FitResult(self.model.t_map(state.s_hat), state, history.to_frame(), ledger, converged)

@@ -10,7 +10,6 @@ import logging
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
 from .._validation import check_int, check_positive

@@ -74,6 +74,16 @@ class Model:
         """
         raise NotImplementedError
 
+    def check_stats(self, s) -> np.ndarray:
+        """``s`` as a float64 vector of shape (q,); ValueError if the shape is wrong or
+        it holds NaN/inf (a T-map is total on R^q, not on non-finite input)."""
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (self.q,):
+            raise ValueError(f"s must have shape ({self.q},); got {s.shape}.")
+        if not np.all(np.isfinite(s)):
+            raise ValueError("s holds NaN or inf; the iterate diverged (lower the step size).")
+        return s
+
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Log-density of each row, shape (n_rows,)."""
         raise NotImplementedError

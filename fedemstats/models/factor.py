@@ -244,9 +244,7 @@ class FactorAnalysisModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (self.q,) or not np.all(np.isfinite(s)):
-            raise ValueError(f"s must be a finite vector of shape ({self.q},).")
+        s = self.check_stats(s)
         parts = self.layout.unpack(s)
         L, _, _ = safe_cholesky(symmetrize(parts["sum_zz"]))
         lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T

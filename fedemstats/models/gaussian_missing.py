@@ -257,9 +257,7 @@ class GaussianMissingModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (self.q,) or not np.all(np.isfinite(s)):
-            raise ValueError(f"s must be a finite vector of shape ({self.q},).")
+        s = self.check_stats(s)
         parts = self.layout.unpack(s)
         m, sd = parts["sum_x"], self.scale
         cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))

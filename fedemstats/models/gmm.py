@@ -308,11 +308,7 @@ class GaussianMixtureModel(Model):
         ValueError
             If ``s`` has the wrong shape or holds NaN/inf, or the result overflows.
         """
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (self.q,):
-            raise ValueError(f"s must have shape ({self.q},); got {s.shape}.")
-        if not np.all(np.isfinite(s)):
-            raise ValueError("s holds NaN or inf; the iterate diverged (lower the step size).")
+        s = self.check_stats(s)
         parts = self.layout.unpack(s)
         s0 = np.maximum(parts["resp"], RESP_FLOOR)
         m = parts["sum_x"] / s0[:, None]

@@ -130,9 +130,7 @@ class PoissonMixtureModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (self.q,) or not np.all(np.isfinite(s)):
-            raise ValueError(f"s must be a finite vector of shape ({self.q},).")
+        s = self.check_stats(s)
         parts = self.layout.unpack(s)
         s0 = np.maximum(parts["resp"], RESP_FLOOR)
         rates = np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR)

@@ -1,0 +1,31 @@
+"""Shared fixtures: scikit-learn's digits, split once per session."""
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from fedemstats.neural.partition import iid_clients
+
+DIGITS_TEST_SIZE = 0.3
+DIGITS_PIXEL_MAX = 16.0
+
+
+def _split(X, y):
+    return train_test_split(X, y, test_size=DIGITS_TEST_SIZE, random_state=0, stratify=y)
+
+
+@pytest.fixture(scope="session")
+def digits_standardised():
+    """(X_train, X_test, y_train, y_test), standardised on the training part."""
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = _split(X, y)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+@pytest.fixture(scope="session")
+def digits_iid20():
+    """(20 iid clients as (X, y) pairs, (X_test, y_test)), pixels scaled to [0, 1]."""
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = _split(X / DIGITS_PIXEL_MAX, y)
+    return iid_clients(Xtr, ytr, 20, random_state=0), (Xte, yte)
