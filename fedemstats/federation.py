@@ -11,11 +11,18 @@ import numpy as np
 from ._validation import check_array_2d, check_positive, check_rng
 
 __all__ = [
+    "MIN_CLIENT_ROWS",
     "Federation",
     "partition_iid",
     "partition_dirichlet",
     "partition_shards",
 ]
+
+
+#: Fewest rows a client may hold when it sends statistics: the "mean" statistic of a
+#: single row is that row itself (for a Gaussian mixture, S1/S0 = x), so a one-row
+#: client would send its raw data. Estimators and the Flower client enforce it.
+MIN_CLIENT_ROWS = 2
 
 
 class Federation:
@@ -206,12 +213,13 @@ def partition_iid(n_rows: int, n_clients: int, random_state=None) -> np.ndarray:
 
 
 def partition_dirichlet(labels, n_clients: int, alpha: float, random_state=None,
-                        min_rows: int = 1) -> np.ndarray:
+                        min_rows: int = MIN_CLIENT_ROWS) -> np.ndarray:
     """Label-skewed split: each class is spread over clients with Dirichlet(alpha) shares.
 
     Small ``alpha`` (e.g. 0.1) gives strongly heterogeneous clients. ``labels`` may be
     class labels or true mixture components. Every client receives at least
-    ``min_rows`` rows (taken from the largest clients) so that no client is empty.
+    ``min_rows`` rows (taken from the largest clients; default ``MIN_CLIENT_ROWS``) so
+    that no client is empty or holds a single, identifiable row.
 
     Returns
     -------

@@ -15,7 +15,7 @@ from sklearn.utils.validation import validate_data
 from .._validation import check_int, check_positive
 from ..algorithms import FedEM
 from ..compression import make_compressor
-from ..federation import Federation, partition_iid
+from ..federation import MIN_CLIENT_ROWS, Federation, partition_iid
 from ..participation import FullParticipation, make_participation
 
 __all__ = ["FederatedEMMixin", "ALGORITHMS", "register_algorithm"]
@@ -86,12 +86,19 @@ class FederatedEMMixin:
         if groups is None:
             n_clients = check_int(self.n_clients, "n_clients")
             rng = np.random.default_rng(_seed_of(self.random_state))
-            groups = partition_iid(X.shape[0], min(n_clients, X.shape[0]), rng)
+            n_clients = min(n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
+            groups = partition_iid(X.shape[0], n_clients, rng)
         elif np.shape(groups) != (X.shape[0],):
             raise ValueError(f"groups must have one label per row of X: expected shape ({X.shape[0]},), "
                              f"got {np.shape(groups)}.")
         fed, order, labels = Federation.from_groups(X, groups, weights=self.client_weights,
                                                     allow_nan=self._allow_nan)
+        small = np.flatnonzero(fed.sizes < MIN_CLIENT_ROWS)
+        if small.size:
+            raise ValueError(
+                f"client(s) {labels[small][:10].tolist()} hold fewer than {MIN_CLIENT_ROWS} rows; the mean "
+                "statistic of one row is the row itself, so it would leave the client. Merge such "
+                "clients with others or drop them.")
         self.client_labels_ = labels
         return fed, X, order
 

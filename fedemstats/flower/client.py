@@ -18,7 +18,7 @@ from flwr.clientapp import ClientApp
 from .._validation import check_array_2d, client_round_rng
 from ..algorithms.fedem import client_update
 from ..compression import make_compressor
-from ..federation import Federation
+from ..federation import MIN_CLIENT_ROWS, Federation
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
 from .records import compressed_to_records, from_array_record, params_from_records, to_array_record
@@ -28,7 +28,7 @@ __all__ = ["make_client_app", "load_csv_partition", "partition_id_of", "MIN_ROWS
 logger = logging.getLogger(__name__)
 
 #: fewest rows a node accepts: a "mean" of one row would be the raw row itself
-MIN_ROWS = 2
+MIN_ROWS = MIN_CLIENT_ROWS
 
 
 def partition_id_of(context: Context) -> int:
