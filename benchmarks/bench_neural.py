@@ -49,7 +49,10 @@ CAPS = {"FedAvg": 300, "FedSGD": 1000}
 # split, averaged over ROUND_SEEDS (a run that misses the target counts as the cap).
 # The non-iid rows re-use the two iid-selected rates (no separate non-iid tuning).
 LR_GRID = {"FedSGD": (0.25, 0.5, 1.0, 2.0, 4.0), "FedAvg": (0.05, 0.1, 0.2, 0.4, 0.8)}
-METHODS = {"FedSGD": dict(local_epochs=1, batch_size=None), "FedAvg": dict(local_epochs=5, batch_size=10)}
+METHODS = {"FedSGD": dict(local_epochs=1, batch_size=None), "FedAvg": dict(local_epochs=5, batch_size=10),
+           # u sensitivity only (not the benchmark's definition): B=10 with E=1 (u=4) and E=20 (u=80)
+           "FedAvg E=1": dict(local_epochs=1, batch_size=10), "FedAvg E=20": dict(local_epochs=20, batch_size=10)}
+U_LRS = (0.2, 0.4)  # the two best FedAvg rates of the grid; best of the two per E
 ROUND_SEEDS = (0, 1)
 SPARSE_ROUNDS = 100
 LAMBDA0 = {"low": 1e-4, "mid": 1e-3, "high": 1e-2}
@@ -136,12 +139,20 @@ def table_rounds():
         grid_rows.append(f"| {m} | {lr:g}{mark} | {_fmt_rounds([x[0] for x in r], cap)} | "
                          f"{mean_rounds((split, m, lr), 0):.1f} | {_fmt_rounds([x[1] for x in r], cap)} | "
                          f"{mean_rounds((split, m, lr), 1):.1f} |")
-    noniid = _run_jobs(_rounds_job, [("non-iid", m, best[m], seed, CAPS[m]) for m in LR_GRID for seed in ROUND_SEEDS])
+    # non-iid: the iid-selected rates and, as a stability check, half of them (no separate non-iid tuning)
+    nonlr = {m: (best[m], best[m] / 2) for m in LR_GRID}
+    extra_jobs = [("non-iid", m, lr, seed, CAPS[m]) for m in LR_GRID for lr in nonlr[m] for seed in ROUND_SEEDS]
+    extra_jobs += [("iid", m, lr, seed, CAPS["FedAvg"]) for m in ("FedAvg E=1", "FedAvg E=20")
+                   for lr in U_LRS for seed in ROUND_SEEDS]
+    noniid = _run_jobs(_rounds_job, extra_jobs)
     results = {**grid, **noniid}
     rows = ["| split | target | FedSGD (E=1, B=inf) | FedAvg (E=5, B=10) | FedAvg speed-up (ratio of means) |",
             "|---|---|---|---|---|"]
-    for split in ("iid", "non-iid"):
-        per = {m: [results[(split, m, best[m], s, CAPS[m])] for s in ROUND_SEEDS] for m in LR_GRID}
+    settings = [("iid", "", {m: best[m] for m in LR_GRID})]
+    settings += [("non-iid", f" (lr {nonlr['FedSGD'][j]:g} / {nonlr['FedAvg'][j]:g})",
+                  {m: nonlr[m][j] for m in LR_GRID}) for j in (0, 1)]
+    for split, label, lrs in settings:
+        per = {m: [results[(split, m, lrs[m], s, CAPS[m])] for s in ROUND_SEEDS] for m in LR_GRID}
         for i, target in enumerate(TARGETS):
             cells, means = [], {}
             for m in ("FedSGD", "FedAvg"):
@@ -151,9 +162,21 @@ def table_rounds():
                              else f">= {means[m]:.0f} ({_fmt_rounds(vals, CAPS[m])})")
             ratio = f"{means['FedSGD'] / means['FedAvg']:.1f}x" if all(
                 r[0][i] for m in per for r in per[m]) else "n/a"
-            rows.append(f"| {split} | {target:.0%} | {cells[0]} | {cells[1]} | {ratio} |")
-        rows.append(f"| {split} | wall time per run | {np.mean([r[1] for r in per['FedSGD']]):.0f} s | "
+            rows.append(f"| {split}{label} | {target:.0%} | {cells[0]} | {cells[1]} | {ratio} |")
+        rows.append(f"| {split}{label} | wall time per run | {np.mean([r[1] for r in per['FedSGD']]):.0f} s | "
                     f"{np.mean([r[1] for r in per['FedAvg']]):.0f} s | |")
+    sgd90 = float(np.mean([results[("iid", "FedSGD", best["FedSGD"], s, CAPS["FedSGD"])][0][0] or CAPS["FedSGD"]
+                           for s in ROUND_SEEDS]))
+    u_rows = ["| local work (B=10) | u = E n_k / B | lr | rounds to 90% (per seed) | mean | speed-up vs FedSGD |",
+              "|---|---|---|---|---|---|"]
+    for m, e in (("FedAvg E=1", 1), ("FedAvg", 5), ("FedAvg E=20", 20)):
+        lrs = U_LRS if m != "FedAvg" else (best["FedAvg"],)
+        mean90 = {lr: float(np.mean([results[("iid", m, lr, s, CAPS["FedAvg"])][0][0] or CAPS["FedAvg"]
+                                     for s in ROUND_SEEDS])) for lr in lrs}
+        lr = min(lrs, key=mean90.get)
+        vals = [results[("iid", m, lr, s, CAPS["FedAvg"])][0][0] for s in ROUND_SEEDS]
+        u_rows.append(f"| E={e} | {e * 40 // 10} | {lr:g} | {_fmt_rounds(vals, CAPS['FedAvg'])} | {mean90[lr]:.1f} | "
+                      f"{sgd90 / mean90[lr]:.1f}x |")
     return ("### Rounds to a test accuracy (MNIST-5k, 2NN 200-200, K=100, C=0.1, n_k=40)\n\n"
             f"Learning rates chosen per method on the iid split from grids of the same size "
             f"(FedSGD {{{', '.join(f'{v:g}' for v in LR_GRID['FedSGD'])}}}, "
@@ -161,9 +184,13 @@ def table_rounds():
             f"rounds to 90% averaged over seeds {', '.join(map(str, ROUND_SEEDS))} (ties: fewest to 93%); "
             f"a run that misses a target counts as the cap (FedSGD {CAPS['FedSGD']}, FedAvg {CAPS['FedAvg']} "
             f"rounds) and a diverged run (<= 20% after 30 rounds) is stopped. Selected: FedSGD lr {best['FedSGD']:g}, "
-            f"FedAvg lr {best['FedAvg']:g}; non-iid re-uses them. Cells: mean rounds (per seed).\n\n"
+            f"FedAvg lr {best['FedAvg']:g}; non-iid re-uses them and, as a stability check, half of them. "
+            f"Cells: mean rounds (per seed).\n\n"
             + "\n".join(rows) + "\n\nFull iid grid (seed = model init and client sampling; the split is fixed):\n\n"
             + "\n".join(grid_rows)
+            + "\n\nDependence on u = E n_k / B, iid, 90% (sensitivity only: E=1 and E=20 are not the benchmark's "
+              f"setting; lr best of {{{', '.join(f'{v:g}' for v in U_LRS)}}} per E; FedSGD = the selected "
+              f"{sgd90:.1f} rounds):\n\n" + "\n".join(u_rows)
             + "\n\nPaper 004, Table 2, 2NN, 97% target, C=0.1 (full MNIST, 600 rows/client), iid speed-up of FedAvg "
               "over FedSGD by u = E n_k / B (local updates per round): u=10 (E=10, B=inf) 9.4x; u=12 (E=1, B=50) 10.2x; "
               "u=20 (E=20, B=inf) 16.0x; u=60 (E=1, B=10) 16.0x; u=120 32.6x; u=240 37.6x; u=600 (E=10, B=10) 43.2x; "

@@ -205,3 +205,10 @@ def test_one_row_client_is_refused_because_its_mean_is_its_raw_row():
     groups = np.r_[np.zeros(39, dtype=int), 1]
     with pytest.raises(ValueError, match=r"\[1\] hold fewer than 2 rows"):
         FederatedGaussianMixture(2).fit(X, groups=groups)
+
+
+def test_verbose_logs_progress(caplog):
+    X, _ = blobs(300)
+    with caplog.at_level("INFO", logger="fedemstats"):
+        FederatedGaussianMixture(3, verbose=2, verbose_interval=4, max_iter=9, tol=0.0, random_state=0).fit(X)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["round 4", "round 8"]
