@@ -65,11 +65,12 @@ LAMBDA0 = {"low": 1e-4, "mid": 1e-3, "high": 1e-2}
 # (training seed: signed constants, theta_0, client sampling, mask sampling; the
 # data split is fixed). iid keeps lambda = 3 from the iid pilot (30 rounds:
 # reg 2 -> -0.23 bpp, -0.9 pt; reg 6 -> -0.35 bpp, -2.6 pt). non-iid lambda is
-# chosen on the non-iid split from PM_GRID by the rule: the largest lambda whose
+# chosen on the non-iid split from PM_GRIDS[reg_mode] by the rule: the largest lambda whose
 # seed-mean accuracy is within 2 points of lambda = 0 (the most compression that
 # meets the accuracy constraint); if none is, the smallest grid value.
 PM_ROUNDS, PM_SEEDS = 80, (0, 1, 2)
-PM_IID_REG, PM_GRID = 3.0, (0.5, 1.0, 1.5, 2.0)
+# --pm-reg-mode: "adam" (eq. 12 through Adam) or "decoupled" (AdamW-style, fedpm.REG_MODES; own lambda scale).
+PM_IID_REG, PM_GRIDS = 3.0, {"adam": (0.5, 1.0, 1.5, 2.0), "decoupled": (0.5, 1.0, 2.0, 4.0)}
 JOBS = 2
 RESULTS = pathlib.Path(__file__).parent / "results" / "neural.md"
 
@@ -234,12 +235,12 @@ def table_sparse(splits, test):
             + "\n".join(rows))
 
 
-def _fedpm_job(split, reg, seed):
+def _fedpm_job(split, reg, seed, reg_mode="adam"):
     splits, test = _data()
     tic = time.perf_counter()
     with threadpool_limits(limits=1):
         res = run_fedpm(MLP(LAYERS), splits[split], rounds=PM_ROUNDS, client_fraction=C, local_epochs=3,
-                        batch_size=10, lr=0.1, reg=reg, eval_data=test, random_state=seed)
+                        batch_size=10, lr=0.1, reg=reg, reg_mode=reg_mode, eval_data=test, random_state=seed)
     h = res.history
     return {"acc": _tail(h, "test_accuracy"), "bpp_coded": _tail(h, "bpp_coded"),
             "bpp_entropy": _tail(h, "bpp_entropy"), "density": h["density"][-1],
@@ -268,14 +269,15 @@ def _pm_verdict(stats, lam):
             f"{'met' if met else 'NOT met'}.")
 
 
-def table_fedpm():
-    plan = {"iid": (0.0, PM_IID_REG), "non-iid": (0.0,) + PM_GRID}
-    jobs = [(split, reg, seed) for split, regs in plan.items() for reg in regs for seed in PM_SEEDS]
+def table_fedpm(reg_mode="adam"):
+    grid = PM_GRIDS[reg_mode]
+    plan = {"iid": (0.0, PM_IID_REG), "non-iid": (0.0,) + grid}
+    jobs = [(split, reg, seed, reg_mode) for split, regs in plan.items() for reg in regs for seed in PM_SEEDS]
     # the longest (non-iid) jobs first keeps both workers busy
     out = _run_jobs(_fedpm_job, sorted(jobs, key=lambda j: j[0] != "non-iid"))
-    stats = {split: {reg: _pm_stats([out[(split, reg, s)] for s in PM_SEEDS]) for reg in regs}
+    stats = {split: {reg: _pm_stats([out[(split, reg, s, reg_mode)] for s in PM_SEEDS]) for reg in regs}
              for split, regs in plan.items()}
-    chosen = {"iid": PM_IID_REG, "non-iid": select_lambda(stats["non-iid"], PM_GRID)}
+    chosen = {"iid": PM_IID_REG, "non-iid": select_lambda(stats["non-iid"], grid)}
     rows = ["| split | lambda | accuracy (mean +- sd over seeds; min-max) | d acc vs lambda=0 (pt) | "
             "bpp coded | d bpp vs lambda=0 | bpp entropy | density | seconds / run |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -292,14 +294,15 @@ def table_fedpm():
                   "|---|---|" + "---|" * len(range(1, PM_ROUNDS, 10))]
     for split, regs in plan.items():
         for reg in regs:
-            curve = np.mean([out[(split, reg, s)]["acc_curve"] for s in PM_SEEDS], axis=0)
+            curve = np.mean([out[(split, reg, s, reg_mode)]["acc_curve"] for s in PM_SEEDS], axis=0)
             curve_rows.append(f"| {split} | {reg:g} | " + " | ".join(
                 f"{curve[a:a + 10].mean():.3f}" for a in range(0, PM_ROUNDS, 10)) + " |")
-    return (f"### FedPM vs FedPM + regulariser ({PM_ROUNDS} rounds, E=3, B=10, Adam lr 0.1 on scores)\n\n"
+    return (f"### FedPM vs FedPM + regulariser ({PM_ROUNDS} rounds, E=3, B=10, Adam lr 0.1 on scores, "
+            f"reg_mode={reg_mode})\n\n"
             f"Accuracy of one sub-network sampled from theta each round, averaged over the last 10 rounds, then "
             f"mean +- sd (and range) over training seeds {', '.join(map(str, PM_SEEDS))}; bpp and density are seed "
             f"means. Every lambda runs the same {PM_ROUNDS} rounds. iid: lambda = {PM_IID_REG:g} from the iid pilot. "
-            f"non-iid: grid lambda in {{{', '.join(f'{v:g}' for v in PM_GRID)}}}, selection rule = the largest "
+            f"non-iid: grid lambda in {{{', '.join(f'{v:g}' for v in grid)}}}, selection rule = the largest "
             f"lambda whose seed-mean accuracy is within 2 points of lambda = 0 (the same seeds serve for "
             f"selection and report, so the selected row is mildly optimistic); if no lambda qualifies, the "
             f"smallest grid value is reported.\n\n"
@@ -386,10 +389,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(SECTIONS), nargs="*",
                         help="regenerate only these tables; the others are kept from the results file")
+    parser.add_argument("--pm-reg-mode", choices=list(PM_GRIDS), default="adam", help="FedPM regulariser mode (the table replaces the FedPM section)")
     args = parser.parse_args()
     splits, test = _data()
     tables = {"speed": lambda: table_speed(splits), "rounds": table_rounds,
-              "sparse": lambda: table_sparse(splits, test), "fedpm": table_fedpm}
+              "sparse": lambda: table_sparse(splits, test), "fedpm": lambda: table_fedpm(args.pm_reg_mode)}
     new = {}
     with threadpool_limits(limits=1):
         for name, make in tables.items():

@@ -111,3 +111,29 @@ def test_topk_bad_k(digits_iid20):
     for k in (0.0, 1.0):
         with pytest.raises(ValueError, match="k must"):
             run_topk_masks(MLP(LAYERS), digits_iid20[0], k=k)
+
+
+def test_decoupled_regulariser(digits_iid20):
+    """reg_mode="decoupled": bit-identical at lambda = 0; its strength follows lambda (REG_MODES).
+
+    Through Adam, any lambda > 0 moves the scores with no data gradient (blank
+    pixels) at the full step, so even lambda = 1e-3 cuts the density; decoupled,
+    a tiny lambda leaves FedPM almost unchanged and a large one still compresses.
+    """
+    clients, _ = digits_iid20
+    kw = dict(COMMON, rounds=4)
+
+    def run(reg, mode):
+        return run_fedpm(MLP(LAYERS), clients, reg=reg, reg_mode=mode, random_state=5, **kw)
+
+    base, base_dec = run(0.0, "adam"), run(0.0, "decoupled")
+    np.testing.assert_array_equal(base.theta, base_dec.theta)
+    assert base.ledger.uplink == base_dec.ledger.uplink
+    tiny_adam, tiny_dec, big_dec = run(1e-3, "adam"), run(1e-3, "decoupled"), run(3.0, "decoupled")
+    d0 = base.history["density"][-1]
+    assert abs(tiny_dec.history["density"][-1] - d0) < 0.01
+    assert tiny_adam.history["density"][-1] < d0 - 0.05
+    assert big_dec.history["density"][-1] < d0 - 0.05
+    assert big_dec.history["bpp_coded"][-1] < base.history["bpp_coded"][-1] - 0.05
+    with pytest.raises(ValueError, match="reg_mode"):
+        run_fedpm(MLP(LAYERS), clients, reg_mode="adamw")
