@@ -144,6 +144,17 @@ class FederatedEMMixin:
                 bar.close()
         return result
 
+    def _fit_best_of(self, model, federation, n_init, initial_theta, rng):
+        """Run from ``n_init`` starts (``initial_theta()`` draws each), store and return
+        the run with the best final log-likelihood (scikit-learn's ``n_init`` rule)."""
+        best = None
+        for _ in range(n_init):
+            result = self._run_algorithm(model, federation, initial_theta(), rng)
+            if best is None or result.history["loglik"].iloc[-1] > best.history["loglik"].iloc[-1]:
+                best = result
+        self._store_run(best)
+        return best
+
     def _store_run(self, result):
         self.history_ = result.history
         self.ledger_ = result.ledger

@@ -181,16 +181,12 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
             check_counts(fed.X)
         rng = check_rng(self.random_state)
         model = self._make_model(fed, observed)
-        best = None
-        for _ in range(1 if self.model == "gaussian" else self.n_init):
-            theta0 = model.init_theta(fed, rng=rng) if self.model == "gaussian" else \
-                model.init_theta(fed, rng=rng, method=self.init_params)
-            result = self._run_algorithm(model, fed, theta0, rng)
-            score = result.history["loglik"].iloc[-1]
-            if best is None or score > best[0]:
-                best = (score, result)
-        self._store_run(best[1])
-        self.model_, self.theta_ = model, best[1].theta
+        if self.model == "gaussian":
+            n_init, initial_theta = 1, lambda: model.init_theta(fed, rng=rng)
+        else:
+            n_init, initial_theta = self.n_init, lambda: model.init_theta(fed, rng=rng, method=self.init_params)
+        best = self._fit_best_of(model, fed, n_init, initial_theta, rng)
+        self.model_, self.theta_ = model, best.theta
         self._rng_ = rng
         self.indicator_ = MissingIndicator(error_on_new=False).fit(X_flat) if self.add_indicator else None
         return self

@@ -9,16 +9,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
 from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp, make_params
-from ..models.gmm_init import global_moments, init_params
+from ..models.gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, global_moments, init_params
 from ._base import FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
 
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 INIT_PARAMS = ("kmeans", "random")
-#: no client summary (local k-means centroid) is computed from fewer rows than this,
-#: so that no centroid is close to a single raw row
-SUMMARY_MIN_ROWS = 5
 
 
 class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
@@ -159,15 +156,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         mean, _ = global_moments(fed)
         model = GaussianMixtureModel(self.n_components, fed.n_features, self.covariance_type,
                                      self.reg_covar, shift=mean)
-        best = None
-        for _ in range(1 if warm else self.n_init):
-            theta0 = self._theta_previous() if warm else self._initial_theta(fed, model, rng)
-            result = self._run_algorithm(model, fed, theta0, rng)
-            score = result.history["loglik"].iloc[-1]
-            if best is None or score > best[0]:
-                best = (score, result)
-        self._store_run(best[1])
-        self._set_params(best[1].theta)
+        best = self._fit_best_of(
+            model, fed, 1 if warm else self.n_init,
+            lambda: self._theta_previous() if warm else self._initial_theta(fed, model, rng), rng)
+        self._set_params(best.theta)
         return self
 
     def fit_predict(self, X, y=None, *, groups=None):
@@ -190,12 +182,12 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         if all(u is not None for u in user):
             return make_params(self.weights_init, self.means_init, precisions=self.precisions_init,
                                covariance_type=self.covariance_type)
-        method = self.init_params
-        if method == "kmeans" and _kmeans_centroids_available(fed, self.n_components) < self.n_components:
+        try:
+            theta = init_params(fed, model, method=self.init_params, rng=rng)
+        except TooFewSummariesError:
             warnings.warn(f"clients are too small to send k-means centroids of >= {SUMMARY_MIN_ROWS} rows; "
                           "falling back to init_params='random' (global moments).", UserWarning)
-            method = "random"
-        theta = init_params(fed, model, method=method, rng=rng, min_rows=SUMMARY_MIN_ROWS)
+            theta = init_params(fed, model, method="random", rng=rng)
         if any(u is not None for u in user):
             theta = make_params(
                 theta.weights if self.weights_init is None else self.weights_init,
@@ -254,17 +246,13 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
 
     def bic(self, X):
         """Bayesian information criterion on ``X`` (lower is better)."""
-        X = self._validated(X)
-        return -2 * self.score(X) * X.shape[0] + self._n_parameters() * np.log(X.shape[0])
+        log_norm, _ = estimate_log_prob_resp(self._validated(X), self.theta_)
+        return -2 * log_norm.sum() + self._n_parameters() * np.log(log_norm.shape[0])
 
     def aic(self, X):
         """Akaike information criterion on ``X`` (lower is better)."""
-        return -2 * self.score(X) * self._validated(X).shape[0] + 2 * self._n_parameters()
-
-
-def _kmeans_centroids_available(fed, n_components):
-    """How many local centroids the clients could send at most (each needs SUMMARY_MIN_ROWS rows)."""
-    return int(np.minimum(n_components, fed.sizes // SUMMARY_MIN_ROWS).sum())
+        log_norm, _ = estimate_log_prob_resp(self._validated(X), self.theta_)
+        return -2 * log_norm.sum() + 2 * self._n_parameters()
 
 
 def _precisions(prec_chol, covariance_type):

@@ -12,9 +12,13 @@ import numpy as np
 from .._validation import check_int, check_rng
 from .gmm import GaussianMixtureModel, GMMParams, make_params
 
-__all__ = ["global_moments", "combine_moments", "init_random_from_moments", "shared_covariances",
+__all__ = ["SUMMARY_MIN_ROWS", "TooFewSummariesError", "global_moments", "combine_moments",
+           "init_random_from_moments", "shared_covariances",
            "init_kmeans_summaries", "init_params", "LOCAL_LLOYD_ITER"]
 
+#: No client summary (local k-means centroid) is computed from fewer rows than this,
+#: so that no centroid is close to a single raw row.
+SUMMARY_MIN_ROWS = 5
 #: Lloyd iterations of each client's local k-means (a summary, not a final clustering).
 LOCAL_LLOYD_ITER = 10
 #: Restarts of the server's weighted k-means on the pooled centroids.
@@ -85,7 +89,15 @@ def _local_kmeans(Xi, k, rng):
     return C, counts
 
 
-def init_kmeans_summaries(federation, n_components, rng=None, min_rows=5):
+class TooFewSummariesError(ValueError):
+    """Clients are too small to send ``n_components`` centroids of ``min_rows`` rows.
+
+    Callers that document a fallback (e.g. to global moments) catch exactly this,
+    never a bare ValueError, so real input errors still surface.
+    """
+
+
+def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial means from clients' local k-means summaries.
 
     Client ``i`` runs k-means with ``min(n_components, m_i // min_rows)`` clusters on its
@@ -125,7 +137,7 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=5):
         counts.append(cnt[keep])
     n_sent = int(sum(c.shape[0] for c in cents))
     if n_sent < n_components:
-        raise ValueError(
+        raise TooFewSummariesError(
             f"k-means init: clients sent {n_sent} centroid(s) of >= {min_rows} rows, fewer than "
             f"n_components={n_components}; use init_params='random' or a smaller min_rows.")
     C, w = np.vstack(cents), np.concatenate(counts).astype(np.float64)
@@ -156,7 +168,7 @@ def init_random_from_moments(mean, cov, model: GaussianMixtureModel, rng) -> GMM
 
 
 def init_params(federation, model: GaussianMixtureModel, method="kmeans", rng=None,
-                min_rows=5) -> GMMParams:
+                min_rows=SUMMARY_MIN_ROWS) -> GMMParams:
     """Initial parameters without moving raw rows.
 
     ``"kmeans"``: means from :func:`init_kmeans_summaries`; then one exact E/M pass from

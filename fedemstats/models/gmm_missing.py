@@ -16,7 +16,7 @@ from .._validation import check_rng
 from ..federation import Federation
 from .gaussian_missing import impute_mixture, mixture_log_likelihood, mixture_segment_stats
 from .gmm import GaussianMixtureModel, GMMParams, make_params
-from .gmm_init import init_kmeans_summaries
+from .gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, init_kmeans_summaries
 from ._missing_kernels import nan_moments
 
 __all__ = ["GaussianMixtureMissingModel", "MISSING_COVARIANCE_TYPES", "init_gmm_missing"]
@@ -93,7 +93,7 @@ class GaussianMixtureMissingModel(GaussianMixtureModel):
         return init_gmm_missing(federation, self, method=method, rng=rng, **kwargs)
 
 
-def init_gmm_missing(federation, model, method="kmeans", rng=None, min_rows=5):
+def init_gmm_missing(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial mixture parameters without moving raw rows.
 
     The server broadcasts the global means and pairwise covariance (from sums, see
@@ -126,11 +126,10 @@ def init_gmm_missing(federation, model, method="kmeans", rng=None, min_rows=5):
     means = None
     if method == "kmeans":
         filled = np.where(np.isnan(federation.X), mean, federation.X)
-        local = Federation(filled, federation.offsets)
         try:
-            means = init_kmeans_summaries(local, K, rng, min_rows=min_rows)
-        except ValueError:
-            means = None  # clients too small for k-means summaries: documented fallback
+            means = init_kmeans_summaries(Federation(filled, federation.offsets), K, rng, min_rows=min_rows)
+        except TooFewSummariesError:
+            pass  # clients too small for k-means summaries: documented fallback below
     if means is None:
         means = rng.multivariate_normal(mean, cov, size=K)
     covs = np.repeat(cov[None], K, axis=0) if model.covariance_type == "full" \

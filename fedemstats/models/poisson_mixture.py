@@ -20,7 +20,7 @@ from ..layout import StatLayout
 from ._missing_kernels import rows_per_chunk, segment_sums
 from .base import Model
 from .gmm import RESP_FLOOR
-from .gmm_init import init_kmeans_summaries
+from .gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, init_kmeans_summaries
 
 __all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
            "RATE_FLOOR"]
@@ -175,7 +175,7 @@ class PoissonMixtureModel(Model):
         return init_poisson_mixture(federation, self, rng=rng, **kwargs)
 
 
-def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=5):
+def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial weights and rates without moving raw rows.
 
     ``"kmeans"``: clients fill their own missing counts with the global column means (from
@@ -199,8 +199,8 @@ def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=
         filled = np.where(np.isnan(federation.X), mean, federation.X)
         try:
             rates = init_kmeans_summaries(Federation(filled, federation.offsets), K, rng, min_rows=min_rows)
-        except ValueError:
-            rates = None  # clients too small for k-means summaries: documented fallback
+        except TooFewSummariesError:
+            pass  # clients too small for k-means summaries: documented fallback below
     if rates is None:
         rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((K, d)))
     return PoissonMixtureParams(np.full(K, 1.0 / K), np.maximum(rates, RATE_FLOOR))
