@@ -101,6 +101,7 @@ def test_topk_uploads_exactly_k_per_layer(digits_iid20):
     ({"theta_init": "normal"}, "theta_init"),
     ({"lr": 0.0}, "lr"),
     ({"batch_size": 0}, "batch_size"),
+    ({"adam_eps": 0.0}, "adam_eps"),
 ])
 def test_bad_input(digits_iid20, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -137,3 +138,19 @@ def test_decoupled_regulariser(digits_iid20):
     assert big_dec.history["bpp_coded"][-1] < base.history["bpp_coded"][-1] - 0.05
     with pytest.raises(ValueError, match="reg_mode"):
         run_fedpm(MLP(LAYERS), clients, reg_mode="adamw")
+
+
+def test_adam_eps_makes_the_regulariser_scale_with_lambda(digits_iid20):
+    """With Adam's epsilon above the regulariser gradient lambda / N * theta(1 - theta),
+    a tiny lambda hardly moves the density (it does at the default epsilon, see
+    test_decoupled_regulariser) and a large lambda still compresses."""
+    clients, _ = digits_iid20
+    kw = dict(COMMON, rounds=4)
+
+    def density(reg):
+        res = run_fedpm(MLP(LAYERS), clients, reg=reg, adam_eps=1e-5, random_state=5, **kw)
+        return res.history["density"][-1]
+
+    d0 = density(0.0)
+    assert abs(density(1e-3) - d0) < 0.01
+    assert density(3.0) < d0 - 0.05

@@ -37,7 +37,7 @@ from ..federation import Federation
 from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
 from .hard_em import check_clients, sampler_for, check_batch_size, make_client_sampler
-from .optim import Adam
+from .optim import DEFAULT_EPS, Adam
 
 __all__ = ["FedPMResult", "BernoulliRule", "REG_MODES", "run_fedpm", "signed_constants", "client_list"]
 
@@ -178,7 +178,7 @@ class FedPMResult:
 
 def _local_train(model, net, scores, Xk, yk, cfg, rng):
     """E epochs of mini-batch Adam on the scores; returns (scores, mean loss)."""
-    opt = Adam(cfg["lr"])
+    opt = Adam(cfg["lr"], eps=cfg["adam_eps"])
     index, consts = net
     n_w = scores.size
     n = yk.shape[0]
@@ -233,7 +233,7 @@ def _accuracy(model, params, eval_data):
     return float(np.mean(model.forward(params, np.asarray(X, dtype=np.float64)).argmax(axis=1) == np.asarray(y)))
 
 
-def _settings(lr, reg, clip_eps, local_epochs, batch_size, rule, reg_mode="adam"):
+def _settings(lr, reg, clip_eps, local_epochs, batch_size, rule, reg_mode="adam", adam_eps=DEFAULT_EPS):
     if reg_mode not in REG_MODES:
         raise ValueError(f"reg_mode must be one of {REG_MODES}; got {reg_mode!r}.")
     eps = check_positive(clip_eps, "clip_eps")
@@ -241,7 +241,8 @@ def _settings(lr, reg, clip_eps, local_epochs, batch_size, rule, reg_mode="adam"
         raise ValueError(f"clip_eps must lie in (0, 0.5); got {clip_eps!r}.")
     return {"lr": check_positive(lr, "lr"), "reg": check_positive(reg, "reg lambda", strict=False),
             "eps": eps, "epochs": check_int(local_epochs, "local_epochs E"),
-            "batch_size": check_batch_size(batch_size), "rule": rule, "decoupled": reg_mode == "decoupled"}
+            "batch_size": check_batch_size(batch_size), "rule": rule, "decoupled": reg_mode == "decoupled",
+            "adam_eps": check_positive(adam_eps, "adam_eps")}
 
 
 def _initial_theta(theta_init, n_weights, eps, rng):
@@ -254,8 +255,8 @@ def _initial_theta(theta_init, n_weights, eps, rng):
 
 
 def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_epochs=1, batch_size=10,
-              lr=0.1, reg=0.0, reg_mode="adam", clip_eps=1e-2, theta_init="uniform", eval_data=None,
-              random_state=None, verbose=False, rule=None, callback=None):
+              lr=0.1, reg=0.0, reg_mode="adam", adam_eps=DEFAULT_EPS, clip_eps=1e-2, theta_init="uniform",
+              eval_data=None, random_state=None, verbose=False, rule=None, callback=None):
     """Train a probability mask over fixed random weights with FedPM (+ entropy regulariser).
 
     Parameters
@@ -275,6 +276,15 @@ def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_e
         ``s <- s - lr * lambda * theta(1 - theta)`` after each Adam step, so
         that lambda sets its strength (see :data:`REG_MODES`). Same result at
         ``reg = 0``.
+    adam_eps : float > 0, default 1e-8
+        The client Adam's epsilon. Score gradients are small (median
+        ~1e-6 to 1e-5 on MNIST: the constants are ~0.05 and the loss a batch
+        mean), and so is the regulariser's ``lambda / N * theta(1 - theta)``
+        (~1e-6 at lambda = 1 for N = 2e5 weights). With the default epsilon Adam
+        turns a score whose only gradient is the regulariser into a full
+        ``lr`` step whatever lambda is; an epsilon near the median data gradient
+        (1e-5) makes those steps proportional to lambda. Measured trade-offs
+        are in ``benchmarks/results/neural.md``.
     clip_eps : float in (0, 0.5)
         Server clipping of theta to ``[eps, 1 - eps]``.
     theta_init : "uniform" or float in (0, 1)
@@ -294,7 +304,7 @@ def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_e
     """
     rng = check_rng(random_state)
     cfg = _settings(lr, reg, clip_eps, local_epochs, batch_size, BernoulliRule() if rule is None else rule,
-                    reg_mode)
+                    reg_mode, adam_eps)
     clients = client_list(clients, y, model)
     sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     eval_rng = np.random.default_rng(rng.integers(2 ** 63))
