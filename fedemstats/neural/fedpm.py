@@ -36,10 +36,10 @@ from .._validation import check_int, check_positive, check_rng
 from ..federation import Federation
 from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
-from .hard_em import check_clients, sampler_for, check_batch_size, make_client_sampler
+from .hard_em import check_batch_size, check_clients, make_client_sampler, sampler_for
 from .optim import DEFAULT_EPS, Adam
 
-__all__ = ["FedPMResult", "BernoulliRule", "REG_MODES", "run_fedpm", "signed_constants", "client_list"]
+__all__ = ["REG_MODES", "BernoulliRule", "FedPMResult", "client_list", "run_fedpm", "signed_constants"]
 
 logger = logging.getLogger(__name__)
 
