@@ -84,6 +84,10 @@ class Model:
             raise ValueError("s holds NaN or inf; the iterate diverged (lower the step size).")
         return s
 
+    def unpack_stats(self, s) -> dict:
+        """:meth:`check_stats`, then the layout's named blocks of ``s`` (the first lines of a T-map)."""
+        return self.layout.unpack(self.check_stats(s))
+
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Log-density of each row, shape (n_rows,)."""
         raise NotImplementedError

@@ -244,8 +244,7 @@ class FactorAnalysisModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = self.check_stats(s)
-        parts = self.layout.unpack(s)
+        parts = self.unpack_stats(s)
         L, _, _ = safe_cholesky(symmetrize(parts["sum_zz"]))
         lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T
         sxx = parts["sum_xx"]

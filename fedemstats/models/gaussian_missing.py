@@ -257,8 +257,7 @@ class GaussianMissingModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = self.check_stats(s)
-        parts = self.layout.unpack(s)
+        parts = self.unpack_stats(s)
         m, sd = parts["sum_x"], self.scale
         cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))
         cov.flat[:: self.n_features + 1] += self.reg_covar

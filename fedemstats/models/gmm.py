@@ -308,8 +308,7 @@ class GaussianMixtureModel(Model):
         ValueError
             If ``s`` has the wrong shape or holds NaN/inf, or the result overflows.
         """
-        s = self.check_stats(s)
-        parts = self.layout.unpack(s)
+        parts = self.unpack_stats(s)
         s0 = np.maximum(parts["resp"], RESP_FLOOR)
         m = parts["sum_x"] / s0[:, None]
         cov = _raw_covariances(self.covariance_type, s0, m, parts["sum_xx"], self.reg_covar)

@@ -130,8 +130,7 @@ class PoissonMixtureModel(Model):
         ValueError
             If ``s`` has the wrong shape or is not finite.
         """
-        s = self.check_stats(s)
-        parts = self.layout.unpack(s)
+        parts = self.unpack_stats(s)
         s0 = np.maximum(parts["resp"], RESP_FLOOR)
         rates = np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR)
         return PoissonMixtureParams(s0 / s0.sum(), rates)
