@@ -38,8 +38,6 @@ DEMO_ROUNDS_TYPE = integer(1, MAX_ROUNDS, "the demo compares convergence, so at 
 SEED = integer(0, MAX_SEED)
 COMPONENTS = integer(1, MAX_ROUNDS, "number of mixture components")
 
-logger = logging.getLogger(__name__)
-
 
 def _add_common_fit_options(parser, *, n_components: int, rounds_help: str) -> None:
     """Options shared by ``fit`` and ``impute`` (same names, types and ranges)."""

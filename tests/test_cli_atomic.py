@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from _cli_helpers import TEMPORARY, assert_one_error, write_sample_csv
-from fedemstats import _io
 from fedemstats.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +36,14 @@ def fail_half_way(fd, data):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+@pytest.fixture
+def _io():
+    """The module under test, imported per test (so each test fails on its own where it is missing)."""
+    from fedemstats import _io
+
+    return _io
+
+
 def cli_env():
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -44,7 +51,7 @@ def cli_env():
 
 
 # ------------------------------------------------------------------ fedemstats._io
-def test_write_atomic_creates_replaces_and_leaves_no_temporary(tmp_path):
+def test_write_atomic_creates_replaces_and_leaves_no_temporary(tmp_path, _io):
     target = tmp_path / "out.json"
     _io.write_atomic(target, "first")
     umask = os.umask(0)
@@ -56,7 +63,7 @@ def test_write_atomic_creates_replaces_and_leaves_no_temporary(tmp_path):
     assert leftovers(tmp_path) == []
 
 
-def test_failed_write_keeps_the_existing_file_byte_identical(tmp_path, monkeypatch):
+def test_failed_write_keeps_the_existing_file_byte_identical(tmp_path, _io, monkeypatch):
     target = tmp_path / "out.csv"
     target.write_bytes(b"old contents\n" * 100)
     monkeypatch.setattr(_io, "_write_all", fail_half_way)
@@ -67,7 +74,7 @@ def test_failed_write_keeps_the_existing_file_byte_identical(tmp_path, monkeypat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
 
 
-def test_several_outputs_are_written_all_or_none(tmp_path, monkeypatch):
+def test_several_outputs_are_written_all_or_none(tmp_path, _io, monkeypatch):
     first, second = tmp_path / "a.csv", tmp_path / "b.png"
     first.write_text("old a")
     real, calls = _io._write_all, []
@@ -82,7 +89,7 @@ def test_several_outputs_are_written_all_or_none(tmp_path, monkeypatch):
     assert first.read_text() == "old a" and not second.exists() and leftovers(tmp_path) == []
 
 
-def test_a_symlinked_output_stays_a_symlink(tmp_path):
+def test_a_symlinked_output_stays_a_symlink(tmp_path, _io):
     real = tmp_path / "real.json"
     real.write_text("old")
     link = tmp_path / "link.json"
@@ -91,7 +98,7 @@ def test_a_symlinked_output_stays_a_symlink(tmp_path):
     assert link.is_symlink() and real.read_text() == "new"
 
 
-def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, _io):
     target = tmp_path / "m.json"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
@@ -114,7 +121,7 @@ def _impute_argv(data, out):
 
 
 @pytest.mark.parametrize("command", ["fit", "impute", "demo"])
-def test_disk_full_keeps_existing_outputs_and_reports_one_line(command, tmp_path, monkeypatch, capsys):
+def test_disk_full_keeps_existing_outputs_and_reports_one_line(command, tmp_path, _io, monkeypatch, capsys):
     data = write_sample_csv(tmp_path / "data.csv", missing=command == "impute")
     if command == "demo":
         folder = tmp_path / "demo"
