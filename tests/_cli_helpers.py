@@ -41,8 +41,7 @@ def assert_one_error(err, *needles):
     return lines[0]
 
 
-@pytest.fixture
-def no_fit(monkeypatch):
+def forbid_fits(monkeypatch):
     """Fail the test if any estimator's ``fit`` is called (errors must come before fitting)."""
     from fedemstats.estimators import FederatedGaussianMixture, FederatedImputer
 

@@ -6,10 +6,16 @@ replaced by a failure (``no_fit``), so an error reported only after fitting fail
 """
 import pytest
 
-from _cli_helpers import assert_one_error, no_fit, write_sample_csv  # noqa: F401  (no_fit: fixture)
+from _cli_helpers import assert_one_error, forbid_fits, write_sample_csv
 from fedemstats.cli import main
 
 USAGE = 2
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    """Estimators' ``fit`` fails the test: every error below must come before fitting."""
+    forbid_fits(monkeypatch)
 
 
 @pytest.fixture
