@@ -121,9 +121,9 @@ def write_outputs(files) -> None:
 
 # --------------------------------------------------------------------- commands
 def _cmd_fit(args):
-    from .estimators import FederatedGaussianMixture
-
     out, frame, groups = _load(args, allow_missing=False)
+    from .estimators import FederatedGaussianMixture  # after the checks: importing takes seconds
+
     est = FederatedGaussianMixture(
         n_components=args.n_components, covariance_type=args.covariance_type, compressor=args.compressor,
         participation=args.participation, step_size=args.step_size, max_iter=args.rounds + 1, tol=0.0,
@@ -152,9 +152,9 @@ def _cmd_fit(args):
 
 
 def _cmd_impute(args):
-    from .estimators import FederatedImputer
-
     out, frame, groups = _load(args, allow_missing=True, uses_components=args.model != "gaussian")
+    from .estimators import FederatedImputer  # after the checks: importing takes seconds
+
     imp = FederatedImputer(args.model, n_components=args.n_components, compressor=args.compressor,
                            participation=args.participation, step_size=args.step_size, max_iter=args.rounds + 1,
                            random_state=args.seed, verbose=args.verbose).set_output(transform="pandas")

@@ -4,6 +4,11 @@ Failure classes of issue 13 (3: messages that do not name the problem; 4: paths 
 ended in a traceback after the whole fit). Each test runs with estimator ``fit``
 replaced by a failure (``no_fit``), so an error reported only after fitting fails too.
 """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from _cli_helpers import assert_one_error, forbid_fits, write_sample_csv
@@ -190,3 +195,22 @@ def test_estimator_refusal_names_the_file(tmp_path, capsys):
     assert code == USAGE
     assert_one_error(err, str(path), "['y']")
     assert not (tmp_path / "m.json").exists()
+
+
+FAST_CHECK = """
+import sys
+from fedemstats.cli import main
+code = main(sys.argv[1:])
+print(code, "fedemstats.estimators" in sys.modules)
+"""
+
+
+def test_usage_errors_answer_without_loading_the_estimators(tmp_path):
+    """Fast: a bad path is reported before numba and scikit-learn are even imported."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
+                                                                    os.environ.get("PYTHONPATH")])))
+    argv = fit_argv(tmp_path / "nope.csv", tmp_path / "m.json")
+    run = subprocess.run([sys.executable, "-c", FAST_CHECK, *argv], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.stdout.split() == ["2", "False"], run.stderr
+    assert_one_error(run.stderr, "nope.csv", "does not exist")
