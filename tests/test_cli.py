@@ -36,8 +36,9 @@ def test_fit_errors_are_reported_not_raised(csv_path, tmp_path, capsys):
                  "--out", str(tmp_path / "m.json")])
     assert code == 2
     assert "unknown compressor" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="not in"):
-        main(["fit", "gmm", str(csv_path), "--client-column", "nope", "--out", str(tmp_path / "m.json")])
+    code = main(["fit", "gmm", str(csv_path), "--client-column", "nope", "--out", str(tmp_path / "m.json")])
+    assert code == 2  # was SystemExit(message), i.e. status 1: now every usage error is status 2
+    assert "'nope' (--client-column) is not in" in capsys.readouterr().err
 
 
 def test_demo_writes_plot_and_shows_fedem_beating_naive(tmp_path, capsys):
@@ -47,3 +48,14 @@ def test_demo_writes_plot_and_shows_fedem_beating_naive(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "demo_table.csv")
     assert not table.empty
     assert "FedEM" in capsys.readouterr().out
+
+
+def test_demo_csv_has_a_round_column(tmp_path, capsys):
+    """The CSV used to lose its rounds (they were the pivot's index, dropped by index=False)."""
+    assert main(["demo", "--out", str(tmp_path), "--rounds", "3"]) == 0
+    table = pd.read_csv(tmp_path / "demo_table.csv")
+    assert list(table.columns) == ["method", "round", "loglik", "h_norm2", "cumulative_Mbit"]
+    assert table["method"].nunique() == 3
+    for _, rows in table.groupby("method"):
+        assert rows["round"].tolist() == [0, 1, 2, 3]  # tabulated rounds up to --rounds, last one included
+    assert "round" in capsys.readouterr().out
