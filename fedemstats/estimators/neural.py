@@ -5,10 +5,13 @@ paper 004); the other methods change the prior of the hierarchical model
 (paper 001): ``fedprox`` (Gaussian, mu > 0), ``median`` (Laplace),
 ``mixture`` (K Gaussians: an ensemble), ``fedsparse`` (spike-and-slab) and
 ``fedpm`` (probabilistic masks, paper 002).
+
+Every method returns a :class:`~fedemstats.neural.result.NeuralResult`; the
+estimator reads only its ``params``, ``history``, ``ledger`` and
+``predict_proba``.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 
 import numpy as np
@@ -18,10 +21,13 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
-from ..neural.hard_em import check_batch_size, make_client_sampler, run_hard_em
+from ..neural.fedpm import run_fedpm
+from ..neural.fedsparse import run_fedsparse
+from ..neural.hard_em import run_hard_em
 from ..neural.mlp import MLP
 from ..neural.partition import iid_clients, split_clients
 from ..neural.priors import GaussianPrior, LaplacePrior, MixturePrior
+from ..neural.rounds import check_batch_size, make_client_sampler
 
 __all__ = ["FederatedMLPClassifier"]
 
@@ -33,8 +39,7 @@ FEDPROX_DEFAULT_MU = 0.01
 #: Mixture prior strength when ``mu`` is left to the method default; see MixturePrior.
 MIXTURE_DEFAULT_MU = 0.01
 _HARD_EM_METHODS = ("fedavg", "fedprox", "median", "mixture")
-_EXTERNAL_METHODS = {"fedsparse": ("fedemstats.neural.fedsparse", "run_fedsparse"),
-                     "fedpm": ("fedemstats.neural.fedpm", "run_fedpm")}
+METHODS = (*_HARD_EM_METHODS, "fedsparse", "fedpm")
 
 
 class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
@@ -80,17 +85,26 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     layer_sizes_ : tuple of int
     params_ : ndarray of shape (n_params,) or (n_components, n_params)
-        Final server state (flat MLP parameters; one row per mixture component).
+        Final server model as flat MLP parameters (one row per mixture
+        component; for ``fedpm`` the fixed weights times the stored mask).
     history_ : pandas.DataFrame
         One row per round: ``round, n_active, uplink_bits, downlink_bits,
         local_loss, train_loss, test_accuracy, seconds``.
     n_iter_ : int
-    result_ : HardEMResult
-        The training run (model, prior, state, ledger), or the result object of
-        ``run_fedsparse`` / ``run_fedpm``.
+    result_ : NeuralResult
+        The training run: ``HardEMResult`` (model, prior, state), ``FedSparseResult``
+        or ``FedPMResult``.
     ledger_ : BitLedger
     assignments_ : dict
-        Mixture component each client last started from.
+        Mixture component each client last started from (hard-EM methods; empty otherwise).
+
+    Notes
+    -----
+    **Determinism.** Prediction draws no random number, and the same
+    ``random_state`` gives the same model. For ``method="fedpm"`` the model is
+    one sub-network, fixed at the end of ``fit``: the most probable one
+    (weights with keep probability theta > 1/2), which scored about 2 points
+    above a sampled mask on digits (docs/neural_sparse.md).
     """
 
     def __init__(self, hidden_layer_sizes=(100,), layer_sizes=None, method="fedavg", n_clients=10,
@@ -116,9 +130,8 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks
     def _check_params(self):
-        if self.method not in _HARD_EM_METHODS and self.method not in _EXTERNAL_METHODS:
-            raise ValueError(f"method must be one of {list(_HARD_EM_METHODS) + list(_EXTERNAL_METHODS)}; "
-                             f"got {self.method!r}.")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}.")
         make_client_sampler(self.client_fraction)
         check_int(self.local_epochs, "local_epochs E")
         check_batch_size(self.batch_size)
@@ -182,41 +195,30 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         settings = dict(rounds=self.max_iter, client_fraction=self.client_fraction,
                         local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.learning_rate,
                         wire_dtype=self.wire_dtype, random_state=rng, verbose=self.verbose)
-        if self.method in _EXTERNAL_METHODS:
-            result = self._run_external(model, clients, settings)
+        self.assignments_ = {}
+        if self.method == "fedsparse":
+            result = run_fedsparse(model, clients, **settings)
+        elif self.method == "fedpm":
+            # FedPM uploads binary masks and never sends float parameters: no wire dtype
+            settings.pop("wire_dtype")
+            result = run_fedpm(model, clients, **settings)
         else:
             self.prior_ = self._prior()
             result = run_hard_em(model, clients, self.prior_, **settings)
+            self.assignments_ = dict(result.assignments)
         self.model_ = model
         self.result_ = result
-        self.params_ = _result_params(result)
+        self.params_ = result.params
         self.history_ = pd.DataFrame(result.history)
         self.n_iter_ = int(len(self.history_))
-        self.ledger_ = getattr(result, "ledger", None)
-        self.assignments_ = dict(getattr(result, "assignments", {}))
+        self.ledger_ = result.ledger
         return self
-
-    def _run_external(self, model, clients, settings):
-        module_name, func_name = _EXTERNAL_METHODS[self.method]
-        try:
-            run = getattr(importlib.import_module(module_name), func_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # a real import error inside the module: show it
-                raise
-            raise NotImplementedError(f"method={self.method!r} needs {module_name}, which is not installed.") from exc
-        except AttributeError as exc:
-            raise NotImplementedError(f"method={self.method!r} needs {module_name}.{func_name}.") from exc
-        # Contract with part 2: run_*(model, clients, *, rounds, client_fraction, local_epochs,
-        # batch_size, lr, wire_dtype, random_state, verbose) -> result with history, ledger, predict_proba.
-        if self.method == "fedpm":
-            # FedPM uploads binary masks and never sends float parameters: no wire dtype
-            settings = {k: v for k, v in settings.items() if k != "wire_dtype"}
-        return run(model, clients, **settings)
 
     def predict_proba(self, X):
         """Class probabilities of shape (n_samples, n_classes), columns in ``classes_`` order.
 
-        The mixture averages its components' probabilities (an ensemble).
+        Deterministic (no random draw). The mixture averages its components'
+        probabilities (an ensemble).
         """
         check_is_fitted(self, "params_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -226,11 +228,3 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         """Most probable class of each row, shape (n_samples,)."""
         check_is_fitted(self, "params_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
-
-
-def _result_params(result):
-    """Server parameters of a run: ``state`` (hard-EM) or ``w`` (FedSparse) or ``scores`` (FedPM)."""
-    for name in ("state", "w", "scores"):
-        if getattr(result, name, None) is not None:
-            return getattr(result, name)
-    return None
