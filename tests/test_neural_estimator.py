@@ -56,6 +56,13 @@ def test_same_seed_same_model(digits_standardised):
     (dict(layer_sizes=(63, 10, 10)), "layer_sizes"),
     (dict(layer_sizes=(64, 10, 9)), "layer_sizes"),
     (dict(mu=-1.0), "mu"),
+    (dict(server_optimizer="sgdd"), "server_optimizer"),
+    (dict(server_lr=0.0), "server_lr"),
+    (dict(wire_dtype="float16"), "wire_dtype"),
+    (dict(method="fedpm", wire_dtype="float16"), "wire_dtype"),  # checked although FedPM sends no floats
+    (dict(n_components=0), "n_components"),
+    (dict(hidden_layer_sizes=(8, 0)), "hidden_layer_sizes"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
 ])
 def test_bad_input_raises_clear_value_error(digits_standardised, params, match):
     Xtr, _, ytr, _ = digits_standardised

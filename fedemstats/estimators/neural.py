@@ -25,9 +25,10 @@ from ..neural.fedpm import run_fedpm
 from ..neural.fedsparse import run_fedsparse
 from ..neural.hard_em import run_hard_em
 from ..neural.mlp import MLP
-from ..neural.partition import iid_clients, split_clients
+from ..neural.partition import iid_clients, split_clients, unique_labels
 from ..neural.priors import GaussianPrior, LaplacePrior, MixturePrior
-from ..neural.rounds import check_batch_size, make_client_sampler
+from ..neural.rounds import (TrainingDivergedError, check_batch_size, check_wire_dtype, divergence_message,
+                             feature_scale, make_client_sampler)
 
 __all__ = ["FederatedMLPClassifier"]
 
@@ -40,6 +41,7 @@ FEDPROX_DEFAULT_MU = 0.01
 MIXTURE_DEFAULT_MU = 0.01
 _HARD_EM_METHODS = ("fedavg", "fedprox", "median", "mixture")
 METHODS = (*_HARD_EM_METHODS, "fedsparse", "fedpm")
+SERVER_OPTIMIZERS = (None, "sgd", "adam", "adamax")
 
 
 class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
@@ -100,6 +102,16 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
+    **Scaling.** Features are not standardised internally, as in
+    scikit-learn's ``MLPClassifier``: ``params_`` is the network on the features
+    as given, and FedAvg stays the algorithm of McMahan et al. Standardise first
+    (a ``Pipeline`` with ``StandardScaler``; federated, from the clients'
+    per-feature sums). When local training overflows (e.g. features of scale
+    1e16), ``fit`` raises :class:`~fedemstats.neural.rounds.TrainingDivergedError`
+    (a ``ValueError``) naming the round, the client, the feature scale and the fix;
+    it never returns non-finite parameters. ``predict_proba`` raises a
+    ``ValueError`` instead of returning NaN when ``X`` makes the outputs overflow.
+
     **Determinism.** Prediction draws no random number, and the same
     ``random_state`` gives the same model. For ``method="fedpm"`` the model is
     one sub-network, fixed at the end of ``fit``: the most probable one
@@ -130,7 +142,8 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks
     def _check_params(self):
-        if self.method not in METHODS:
+        """Every hyper-parameter, whatever the method, so a bad value never passes silently."""
+        if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}.")
         make_client_sampler(self.client_fraction)
         check_int(self.local_epochs, "local_epochs E")
@@ -139,7 +152,19 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         check_int(self.max_iter, "max_iter")
         check_int(self.n_clients, "n_clients")
         if self.mu is not None:
-            check_positive(self.mu, "mu", strict=False)
+            # the mixture's responsibilities need a positive precision (MixturePrior)
+            check_positive(self.mu, "mu" + (" (method='mixture')" if self.method == "mixture" else ""),
+                           strict=self.method == "mixture")
+        check_int(self.n_components, "n_components")
+        if not any(self.server_optimizer is opt or self.server_optimizer == opt for opt in SERVER_OPTIMIZERS):
+            raise ValueError(f"server_optimizer must be one of {list(SERVER_OPTIMIZERS)}; "
+                             f"got {self.server_optimizer!r}.")
+        check_positive(self.server_lr, "server_lr")
+        check_wire_dtype(self.wire_dtype)
+        if self.layer_sizes is None:
+            hidden = self.hidden_layer_sizes
+            for size in (hidden,) if np.ndim(hidden) == 0 else hidden:
+                check_int(size, "hidden_layer_sizes entry")
 
     def _layer_sizes(self, n_features, n_classes):
         if self.layer_sizes is not None:
@@ -168,7 +193,7 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
             groups = np.asarray(groups)
             if groups.shape != (X.shape[0],):
                 raise ValueError(f"groups must have shape ({X.shape[0]},); got {groups.shape}.")
-            return split_clients(X, y, groups)
+            return split_clients(X, y, groups)  # one client per distinct group label
         n_clients = min(check_int(self.n_clients, "n_clients"), X.shape[0])
         if n_clients < self.n_clients:
             logger.info("only %d samples: using %d clients instead of %d.", X.shape[0], n_clients, self.n_clients)
@@ -180,11 +205,23 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
         ``groups`` (n_samples,) names the client of each row; without it the
         rows are split into ``n_clients`` iid clients.
+
+        Raises
+        ------
+        ValueError
+            Bad hyper-parameters or data (the message names them), and
+            :class:`~fedemstats.neural.rounds.TrainingDivergedError` when
+            training overflows instead of returning non-finite parameters.
         """
         self._check_params()
         X, y = validate_data(self, X, y, dtype=np.float64)
+        self.classes_, y_idx = unique_labels(y, "y")  # before sklearn's check: names mixed label types
+        if y.dtype == object and not all(isinstance(v, str) for v in self.classes_):
+            # scikit-learn's wording (its estimator checks expect it), plus what is wrong and the fix
+            kinds = sorted({type(v).__name__ for v in self.classes_})
+            raise ValueError(f"Unknown label type: y has dtype object holding {kinds}; "
+                             f"pass numeric labels as a numeric array, or strings.")
         check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data; "
                              f"got 1 class ({self.classes_[0]!r}).")
@@ -206,6 +243,7 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
             self.prior_ = self._prior()
             result = run_hard_em(model, clients, self.prior_, **settings)
             self.assignments_ = dict(result.assignments)
+        _check_fitted_outputs(result, X)
         self.model_ = model
         self.result_ = result
         self.params_ = result.params
@@ -218,7 +256,8 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         """Class probabilities of shape (n_samples, n_classes), columns in ``classes_`` order.
 
         Deterministic (no random draw). The mixture averages its components'
-        probabilities (an ensemble).
+        probabilities (an ensemble). Raises ``ValueError`` if ``X`` makes the
+        network's outputs overflow (features far larger than in training).
         """
         check_is_fitted(self, "params_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -228,3 +267,17 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         """Most probable class of each row, shape (n_samples,)."""
         check_is_fitted(self, "params_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+def _check_fitted_outputs(result, X):
+    """The fitted model must give finite probabilities on its own training rows ``X`` (n_samples, n_features).
+
+    Finite parameters can still overflow on large features (e.g. 1e16 times
+    large weights); that is a diverged fit, not a model to return.
+    """
+    try:
+        result.predict_proba(X)
+    except ValueError:
+        raise TrainingDivergedError(divergence_message(
+            "training diverged: the fitted network's outputs overflow to inf or NaN on the training rows",
+            feature_scale(X))) from None

@@ -9,11 +9,12 @@ from .optim import SGD, Adam, Adamax, Optimizer, make_optimizer
 from .partition import dirichlet_clients, iid_clients, pathological_clients, split_clients
 from .priors import GaussianPrior, LaplacePrior, MixturePrior, Prior, weighted_median
 from .result import NeuralResult
+from .rounds import TrainingDivergedError
 
 __all__ = [
     "MLP", "SGD", "Adam", "Adamax", "Optimizer", "make_optimizer",
     "Prior", "GaussianPrior", "LaplacePrior", "MixturePrior", "weighted_median",
-    "run_hard_em", "local_sgd", "NeuralResult", "HardEMResult",
+    "run_hard_em", "local_sgd", "NeuralResult", "HardEMResult", "TrainingDivergedError",
     "split_clients", "iid_clients", "pathological_clients", "dirichlet_clients",
     "run_fedsparse", "run_fedpm", "run_feddrop", "run_topk_masks", "encode_mask", "decode_mask",
     "FedSparseResult", "FedPMResult", "FedDropResult",

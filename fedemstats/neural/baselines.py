@@ -26,8 +26,8 @@ from .fedpm import run_fedpm
 from .gates import GateLayout
 from .hard_em import local_sgd
 from .result import NeuralResult
-from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_wire_dtype, client_list,
-                     make_client_sampler, new_history, on_wire, sampler_for)
+from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_local, check_server,
+                     check_wire_dtype, client_list, make_client_sampler, new_history, on_wire, sampler_for)
 
 __all__ = ["TopKRule", "run_topk_masks", "FedDropResult", "run_feddrop"]
 
@@ -151,6 +151,7 @@ def _feddrop_round(t, model, lay, w, clients, active, pi, cfg, rng):
         Xk, yk = clients[k]
         phi, loss = local_sgd(_SubModel(model, on), sent * on, Xk, yk, epochs=cfg["epochs"],
                               batch_size=cfg["batch_size"], lr=cfg["lr"], rng=rng)
+        check_local((phi,), loss, round_=t, client=int(k), clients=clients, wire_dtype=cfg["wire_dtype"])
         a = yk.size / p_k  # n_k / pi_k as in run_hard_em
         total += a * on * on_wire(phi, cfg["wire_dtype"])
         mass += a * on
@@ -158,6 +159,7 @@ def _feddrop_round(t, model, lay, w, clients, active, pi, cfg, rng):
         bits += int(on.sum()) * cfg["bits"] + n_hidden
         losses.append(loss)
     new_w = np.where(mass > 0, total / np.where(mass > 0, mass, 1.0), w)
+    check_server((new_w,), round_=t, clients=clients, wire_dtype=cfg["wire_dtype"])
     return new_w, bits, float(np.mean(losses))
 
 

@@ -47,8 +47,8 @@ from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
 from .optim import DEFAULT_EPS, Adam
 from .result import NeuralResult
-from .rounds import (accuracy, append_row, check_batch_size, client_list, make_client_sampler, minibatches,
-                     new_history, sampler_for)
+from .rounds import (accuracy, append_row, check_batch_size, check_local, client_list, make_client_sampler,
+                     minibatches, new_history, sampler_for)
 
 __all__ = ["MODE_THRESHOLD", "REG_MODES", "BernoulliRule", "FedPMResult", "run_fedpm", "signed_constants",
            "subnetwork_params"]
@@ -202,6 +202,8 @@ def _round(t, model, net, theta, clients, active, cfg, rng):
     for k in active:
         scores = cfg["rule"].init_scores(theta, rng)
         scores, loss = _local_train(model, net, scores, *clients[k], cfg, rng)
+        # A mask sampled from NaN scores is a valid-looking all-zero mask: check the scores and the loss.
+        check_local((scores,), loss, round_=t, client=int(k), clients=clients)
         mask = cfg["rule"].upload(scores, rng)
         up_bits += coded_bits(mask)
         entropies.append(empirical_entropy_bits(mask))
@@ -290,6 +292,11 @@ def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_e
     Returns
     -------
     FedPMResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        A ``ValueError``: a client's scores or loss became inf or NaN (features too large).
     """
     rng = check_rng(random_state)
     cfg = _settings(lr, reg, clip_eps, local_epochs, batch_size, BernoulliRule() if rule is None else rule,

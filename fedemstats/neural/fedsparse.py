@@ -40,8 +40,9 @@ from ..ledger import BitLedger
 from .gates import GateLayout
 from .optim import SGD, Adamax, Optimizer, make_optimizer
 from .result import NeuralResult
-from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_wire_dtype, client_list,
-                     make_client_sampler, minibatches, new_history, on_wire, sampler_for)
+from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_local, check_server,
+                     check_wire_dtype, client_list, make_client_sampler, minibatches, new_history, on_wire,
+                     sampler_for)
 
 __all__ = ["FedSparseResult", "run_fedsparse", "hard_concrete"]
 
@@ -133,8 +134,11 @@ def _client_grads(model, lay, w_s, v_s, theta_logit, Xb, yb, cfg, active_groups,
     return loss, g_eff * zp, grad_v
 
 
-def _client_update(model, lay, w, v, alive, Xk, yk, cfg, rng):
-    """Algorithm 2 on one client; returns (z_s bool (n_groups,), upload (n_params,), mean loss)."""
+def _client_update(model, lay, w, v, alive, Xk, yk, cfg, rng, check):
+    """Algorithm 2 on one client; returns (z_s bool (n_groups,), upload (n_params,), mean loss).
+
+    ``check((w_s, v_s), loss)`` vets the local result before anything is uploaded.
+    """
     theta_logit = _gate_logits(lay.norms(w), v, cfg["temperature"])
     w_s, v_s = w.copy(), v.copy()
     opt_w, opt_v = SGD(cfg["lr"]), Adamax(cfg["client_threshold_lr"])
@@ -144,6 +148,7 @@ def _client_update(model, lay, w, v, alive, Xk, yk, cfg, rng):
         loss, g_w, g_v = _client_grads(model, lay, w_s, v_s, theta_logit, Xk[idx], yk[idx], cfg, alive, rng)
         w_s, v_s = opt_w.step(w_s, g_w), opt_v.step(v_s, g_v)
         losses.append(loss)
+    check((w_s, v_s), float(np.mean(losses)))
     pi = expit(_gate_logits(lay.norms(w_s), v_s, cfg["temperature"]))
     z = (rng.random(lay.n_groups) < pi) | ~lay.prunable
     z &= alive
@@ -229,7 +234,10 @@ def _round(t, model, lay, state, clients, active, pi, cfg, rng):
     sent_w, sent_v = on_wire(state["w"], cfg["wire_dtype"]), on_wire(state["v"], cfg["wire_dtype"])
     zs, uploads, losses = [], [], []
     for k in active:
-        z, upload, loss = _client_update(model, lay, sent_w, sent_v, state["alive"], *clients[k], cfg, rng)
+        def check(arrays, loss, k=int(k)):
+            check_local(arrays, loss, round_=t, client=k, clients=clients, wire_dtype=cfg["wire_dtype"])
+
+        z, upload, loss = _client_update(model, lay, sent_w, sent_v, state["alive"], *clients[k], cfg, rng, check)
         zs.append(z)
         uploads.append(on_wire(upload, cfg["wire_dtype"]))
         losses.append(loss)
@@ -238,6 +246,8 @@ def _round(t, model, lay, state, clients, active, pi, cfg, rng):
     up = values_up * bits + active.size * n_gates
     weights = np.array([clients[k][1].size for k in active], dtype=np.float64) / pi
     _server_step(state, uploads, zs, weights, lay, cfg)
+    check_server((state["w"], state["v"]), round_=t, clients=clients, wire_dtype=cfg["wire_dtype"],
+                 hint="" if cfg["server_optimizer"] == "average" else "; or use server_optimizer='average'")
     loss = float(weights @ np.array(losses) / weights.sum())
     info = {"z": zs, "uploads": uploads, "active": active, "alive": state_alive, "w_sent": sent_w}
     return up, down, values_up, loss, info
@@ -293,6 +303,11 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
     Returns
     -------
     FedSparseResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        A ``ValueError``: a client's result or the server state became inf or NaN.
     """
     rng = check_rng(random_state)
     cfg = _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, client_threshold_lr,

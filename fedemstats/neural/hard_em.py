@@ -30,8 +30,8 @@ from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
 from .priors import GaussianPrior, Prior
 from .result import NeuralResult
-from .rounds import (WIRE_BITS, append_row, check_batch_size, check_clients, check_wire_dtype, make_client_sampler,
-                     minibatches, new_history, on_wire, sampler_for)
+from .rounds import (WIRE_BITS, append_row, check_batch_size, check_clients, check_local, check_server,
+                     check_wire_dtype, make_client_sampler, minibatches, new_history, on_wire, sampler_for)
 
 __all__ = ["HardEMResult", "run_hard_em", "local_sgd"]
 
@@ -130,6 +130,8 @@ def _round(t, model, prior, state, clients, active, pi, settings, rng, assignmen
         comps.append(comp)
         phi, loss = local_sgd(model, phi, Xk, yk, epochs=settings["epochs"], batch_size=settings["batch_size"],
                               lr=settings["lr"], pull=lambda p, a=anchor: prior.pull_grad(p, a), rng=rng)
+        # A diverged client is an error, not an upload; the hook may then tamper with a sound one.
+        check_local((phi,), loss, round_=t, client=int(k), clients=clients, wire_dtype=settings["wire_dtype"])
         if settings["uplink_hook"] is not None:
             phi = settings["uplink_hook"](int(k), phi)
         phis.append(on_wire(phi, settings["wire_dtype"]))
@@ -137,6 +139,8 @@ def _round(t, model, prior, state, clients, active, pi, settings, rng, assignmen
     sizes = np.array([clients[k][1].size for k in active], dtype=np.float64)
     weights = sizes / pi
     new_state = prior.m_step(state, np.array(phis), weights, sizes, np.array(comps), rng=rng)
+    check_server((new_state,), round_=t, clients=clients, wire_dtype=settings["wire_dtype"],
+                 hint=prior.divergence_hint())
     return new_state, float(weights @ np.array(losses) / weights.sum())
 
 
@@ -184,6 +188,12 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
     Returns
     -------
     HardEMResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        A ``ValueError``: a client's local result or the server state became
+        inf or NaN (:mod:`.rounds`); the message names the data scale and the fix.
     """
     rng = check_rng(random_state)
     prior = GaussianPrior(0.0) if prior is None else prior

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..ledger import BitLedger
+from .rounds import check_outputs
 
 __all__ = ["NeuralResult"]
 
@@ -46,8 +47,12 @@ class NeuralResult:
         raise NotImplementedError(f"{type(self).__name__} must define params.")
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities of the final server model, shape (n_samples, n_outputs); deterministic."""
-        return self._proba(X)
+        """Class probabilities of the final server model, shape (n_samples, n_outputs).
+
+        Deterministic. Raises ``ValueError`` (naming the scale of ``X``) when the
+        outputs overflow, instead of returning NaN.
+        """
+        return check_outputs(self._proba(X), X)
 
     def _proba(self, X) -> np.ndarray:
         """Unchecked prediction; subclasses whose server model is not ``params`` override it."""

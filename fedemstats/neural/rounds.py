@@ -8,7 +8,12 @@ and how the server combines it; they share everything here:
 * client sampling (:func:`make_client_sampler`, :func:`sampler_for`) and the
   mini-batch schedule of a local update (:func:`minibatches`);
 * the wire precision (:data:`WIRE_BITS`, :func:`on_wire`);
-* the per-round history and the server model's test accuracy.
+* the per-round history and the server model's test accuracy;
+* the divergence guards (:func:`check_local`, :func:`check_server`): a local
+  result that is not finite, or not representable on the wire, never reaches
+  the server, and a server state that is not finite is an error. Training
+  raises :class:`TrainingDivergedError` (a ``ValueError``) that names the data
+  scale and the fix instead of returning NaN parameters.
 """
 from __future__ import annotations
 
@@ -19,10 +24,24 @@ from ..federation import Federation
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS
 from ..participation import FixedSizeParticipation, Participation
 
-__all__ = ["WIRE_BITS", "accuracy", "append_row", "check_batch_size", "check_clients", "check_wire_dtype",
-           "client_list", "make_client_sampler", "minibatches", "new_history", "on_wire", "sampler_for"]
+__all__ = ["WIRE_BITS", "TrainingDivergedError", "accuracy", "append_row", "check_batch_size",
+           "check_clients", "check_local", "check_outputs", "check_server", "check_wire_dtype", "client_list",
+           "divergence_message", "feature_scale", "make_client_sampler", "minibatches", "new_history",
+           "on_wire", "sampler_for"]
 
 WIRE_BITS = {"float32": FLOAT32_BITS, "float64": FLOAT64_BITS}
+# Largest magnitude a float32 wire carries; a larger value would arrive as inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Features above this magnitude are far from standardised: the divergence message
+# then leads with rescaling X rather than with the learning rate.
+UNSCALED_FEATURE_MAGNITUDE = 1e3
+_FIX_SCALE = "standardise X (e.g. sklearn.preprocessing.StandardScaler) or lower the learning rate"
+_FIX_RATE = "lower the learning rate (or standardise X)"
+
+
+class TrainingDivergedError(ValueError):
+    """Local or server training produced values that are not finite (inf or NaN)."""
+
 
 # ---------------------------------------------------------------------- clients
 def check_clients(clients, model):
@@ -49,6 +68,9 @@ def check_clients(clients, model):
                              f"got {Xk.shape} and {yk.shape}.")
         if Xk.shape[1] != model.layer_sizes[0]:
             raise ValueError(f"client {k} has {Xk.shape[1]} features; the MLP expects {model.layer_sizes[0]}.")
+        if not np.all(np.isfinite(Xk)):  # else training would "diverge" on the input itself
+            raise ValueError(f"client {k}: X contains inf or NaN (in the model's {Xk.dtype} precision); "
+                             f"remove them or rescale X.")
         out.append((Xk, yk))
     return out
 
@@ -159,3 +181,74 @@ def accuracy(model, params, eval_data) -> float:
         return np.nan
     X, y = eval_data
     return float(np.mean(model.forward(params, np.asarray(X, dtype=np.float64)).argmax(axis=1) == np.asarray(y)))
+
+
+# ---------------------------------------------------------------------- divergence guards
+def feature_scale(X) -> float:
+    """Largest ``|x|`` of an array or of every client's ``X_k`` (0 when empty)."""
+    if isinstance(X, np.ndarray):
+        return float(np.max(np.abs(X), initial=0.0))
+    return max((feature_scale(np.asarray(Xk)) for Xk, _ in X), default=0.0)
+
+
+def divergence_message(what, scale, hint="") -> str:
+    """Why training stopped and the fix, in terms of the data scale ``max |X|``."""
+    fix = _FIX_SCALE if scale > UNSCALED_FEATURE_MAGNITUDE else _FIX_RATE
+    return f"{what}. The features reach max |X| = {scale:.3g}; {fix}{hint}."
+
+
+def check_local(arrays, loss, *, round_, client, clients, wire_dtype="float64"):
+    """Refuse a client's local result before the server sees it.
+
+    Parameters
+    ----------
+    arrays : sequence of ndarray
+        The client's final local state (its upload and any local-only values).
+    loss : float
+        Mean data loss of the local update; not finite once any step overflowed.
+    round_, client : int
+        For the message.
+    clients : list of (X_k, y_k)
+        The federation's data, for its scale.
+    wire_dtype : {"float32", "float64"}
+        The values must also be representable in this precision (a float32
+        overflow would reach the server as inf).
+
+    Raises
+    ------
+    TrainingDivergedError
+    """
+    _check(arrays, loss, f"the local training of client {client}", round_, clients, wire_dtype, "")
+
+
+def check_server(arrays, *, round_, clients, wire_dtype="float64", hint=""):
+    """A server state that is not finite (or not representable on the wire) is an error.
+
+    ``hint`` is appended to the fix (e.g. the server optimizer's rate). Raises
+    :class:`TrainingDivergedError`.
+    """
+    _check(arrays, 0.0, "the server update", round_, clients, wire_dtype, hint)
+
+
+def _check(arrays, loss, who, round_, clients, wire_dtype, hint):
+    if not (np.isfinite(loss) and all(np.all(np.isfinite(a)) for a in arrays)):
+        what = f"{who} diverged in round {round_} (its loss or parameters became inf or NaN)"
+    else:
+        top = max(float(np.max(np.abs(a), initial=0.0)) for a in arrays) if wire_dtype == "float32" else 0.0
+        if top <= _FLOAT32_MAX:
+            return
+        # float32 rounding would turn these values into inf on the receiving side
+        what = f"{who} diverged in round {round_}: its values reached {top:.3g}, beyond the float32 wire range"
+    raise TrainingDivergedError(divergence_message(what, feature_scale(clients), hint))
+
+
+def check_outputs(proba, X) -> np.ndarray:
+    """``proba`` (n_samples, n_outputs) if finite; else a ``ValueError`` naming the scale of ``X``.
+
+    Logits overflow to inf (and the softmax to NaN) only when ``X`` is far
+    larger than the parameters were fitted for.
+    """
+    if not np.all(np.isfinite(proba)):
+        raise ValueError(divergence_message("the network's outputs overflow to inf or NaN on X",
+                                            feature_scale(np.asarray(X, dtype=np.float64))))
+    return proba
