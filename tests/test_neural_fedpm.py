@@ -154,3 +154,13 @@ def test_adam_eps_makes_the_regulariser_scale_with_lambda(digits_iid20):
     d0 = density(0.0)
     assert abs(density(1e-3) - d0) < 0.01
     assert density(3.0) < d0 - 0.05
+
+
+def test_final_subnetwork_is_the_mode_of_each_rule(plain, digits_iid20):
+    res, _ = plain
+    np.testing.assert_array_equal(res.mask, res.theta > 0.5)
+    np.testing.assert_array_equal(res.params[res.index], res.constants * res.mask)
+    clients, _ = digits_iid20
+    topk = run_topk_masks(MLP(LAYERS), clients, k=0.3, rounds=2, random_state=0)
+    first = topk.model.layer_sizes[0] * topk.model.layer_sizes[1]  # weights of the first layer
+    assert topk.mask[:first].sum() == round(0.3 * first)  # exactly the top k of theta per layer

@@ -7,7 +7,8 @@ from fedemstats.federation import Federation
 from fedemstats.ledger import FLOAT32_BITS
 from fedemstats.neural import MLP, run_hard_em
 from fedemstats.neural.baselines import run_feddrop
-from fedemstats.neural.fedsparse import GateLayout, _client_grads, hard_concrete, run_fedsparse
+from fedemstats.neural.fedsparse import _client_grads, hard_concrete, run_fedsparse
+from fedemstats.neural.gates import GateLayout
 
 ROUNDS = 30
 COMMON = dict(rounds=ROUNDS, client_fraction=0.25, local_epochs=2, batch_size=10, lr=0.1)

@@ -5,10 +5,13 @@ paper 004); the other methods change the prior of the hierarchical model
 (paper 001): ``fedprox`` (Gaussian, mu > 0), ``median`` (Laplace),
 ``mixture`` (K Gaussians: an ensemble), ``fedsparse`` (spike-and-slab) and
 ``fedpm`` (probabilistic masks, paper 002).
+
+Every method returns a :class:`~fedemstats.neural.result.NeuralResult`; the
+estimator reads only its ``params``, ``history``, ``ledger`` and
+``predict_proba``.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 
 import numpy as np
@@ -18,10 +21,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
-from ..neural.hard_em import check_batch_size, make_client_sampler, run_hard_em
+from ..neural.fedpm import run_fedpm
+from ..neural.fedsparse import run_fedsparse
+from ..neural.hard_em import run_hard_em
 from ..neural.mlp import MLP
-from ..neural.partition import iid_clients, split_clients
+from ..neural.partition import iid_clients, split_clients, unique_labels
 from ..neural.priors import GaussianPrior, LaplacePrior, MixturePrior
+from ..neural.rounds import (TrainingDivergedError, check_batch_size, check_wire_dtype, divergence_message,
+                             feature_scale, make_client_sampler)
 
 __all__ = ["FederatedMLPClassifier"]
 
@@ -33,8 +40,8 @@ FEDPROX_DEFAULT_MU = 0.01
 #: Mixture prior strength when ``mu`` is left to the method default; see MixturePrior.
 MIXTURE_DEFAULT_MU = 0.01
 _HARD_EM_METHODS = ("fedavg", "fedprox", "median", "mixture")
-_EXTERNAL_METHODS = {"fedsparse": ("fedemstats.neural.fedsparse", "run_fedsparse"),
-                     "fedpm": ("fedemstats.neural.fedpm", "run_fedpm")}
+METHODS = (*_HARD_EM_METHODS, "fedsparse", "fedpm")
+SERVER_OPTIMIZERS = (None, "sgd", "adam", "adamax")
 
 
 class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
@@ -80,17 +87,36 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     layer_sizes_ : tuple of int
     params_ : ndarray of shape (n_params,) or (n_components, n_params)
-        Final server state (flat MLP parameters; one row per mixture component).
+        Final server model as flat MLP parameters (one row per mixture
+        component; for ``fedpm`` the fixed weights times the stored mask).
     history_ : pandas.DataFrame
         One row per round: ``round, n_active, uplink_bits, downlink_bits,
         local_loss, train_loss, test_accuracy, seconds``.
     n_iter_ : int
-    result_ : HardEMResult
-        The training run (model, prior, state, ledger), or the result object of
-        ``run_fedsparse`` / ``run_fedpm``.
+    result_ : NeuralResult
+        The training run: ``HardEMResult`` (model, prior, state), ``FedSparseResult``
+        or ``FedPMResult``.
     ledger_ : BitLedger
     assignments_ : dict
-        Mixture component each client last started from.
+        Mixture component each client last started from (hard-EM methods; empty otherwise).
+
+    Notes
+    -----
+    **Scaling.** Features are not standardised internally, as in
+    scikit-learn's ``MLPClassifier``: ``params_`` is the network on the features
+    as given, and FedAvg stays the algorithm of McMahan et al. Standardise first
+    (a ``Pipeline`` with ``StandardScaler``; federated, from the clients'
+    per-feature sums). When local training overflows (e.g. features of scale
+    1e16), ``fit`` raises :class:`~fedemstats.neural.rounds.TrainingDivergedError`
+    (a ``ValueError``) naming the round, the client, the feature scale and the fix;
+    it never returns non-finite parameters. ``predict_proba`` raises a
+    ``ValueError`` instead of returning NaN when ``X`` makes the outputs overflow.
+
+    **Determinism.** Prediction draws no random number, and the same
+    ``random_state`` gives the same model. For ``method="fedpm"`` the model is
+    one sub-network, fixed at the end of ``fit``: the most probable one
+    (weights with keep probability theta > 1/2), which scored about 2 points
+    above a sampled mask on digits (docs/neural_sparse.md).
     """
 
     def __init__(self, hidden_layer_sizes=(100,), layer_sizes=None, method="fedavg", n_clients=10,
@@ -116,9 +142,9 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks
     def _check_params(self):
-        if self.method not in _HARD_EM_METHODS and self.method not in _EXTERNAL_METHODS:
-            raise ValueError(f"method must be one of {list(_HARD_EM_METHODS) + list(_EXTERNAL_METHODS)}; "
-                             f"got {self.method!r}.")
+        """Every hyper-parameter, whatever the method, so a bad value never passes silently."""
+        if not isinstance(self.method, str) or self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}.")
         make_client_sampler(self.client_fraction)
         check_int(self.local_epochs, "local_epochs E")
         check_batch_size(self.batch_size)
@@ -126,7 +152,19 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         check_int(self.max_iter, "max_iter")
         check_int(self.n_clients, "n_clients")
         if self.mu is not None:
-            check_positive(self.mu, "mu", strict=False)
+            # the mixture's responsibilities need a positive precision (MixturePrior)
+            check_positive(self.mu, "mu" + (" (method='mixture')" if self.method == "mixture" else ""),
+                           strict=self.method == "mixture")
+        check_int(self.n_components, "n_components")
+        if not any(self.server_optimizer is opt or self.server_optimizer == opt for opt in SERVER_OPTIMIZERS):
+            raise ValueError(f"server_optimizer must be one of {list(SERVER_OPTIMIZERS)}; "
+                             f"got {self.server_optimizer!r}.")
+        check_positive(self.server_lr, "server_lr")
+        check_wire_dtype(self.wire_dtype)
+        if self.layer_sizes is None:
+            hidden = self.hidden_layer_sizes
+            for size in (hidden,) if np.ndim(hidden) == 0 else hidden:
+                check_int(size, "hidden_layer_sizes entry")
 
     def _layer_sizes(self, n_features, n_classes):
         if self.layer_sizes is not None:
@@ -155,7 +193,7 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
             groups = np.asarray(groups)
             if groups.shape != (X.shape[0],):
                 raise ValueError(f"groups must have shape ({X.shape[0]},); got {groups.shape}.")
-            return split_clients(X, y, groups)
+            return split_clients(X, y, groups)  # one client per distinct group label
         n_clients = min(check_int(self.n_clients, "n_clients"), X.shape[0])
         if n_clients < self.n_clients:
             logger.info("only %d samples: using %d clients instead of %d.", X.shape[0], n_clients, self.n_clients)
@@ -167,11 +205,23 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
 
         ``groups`` (n_samples,) names the client of each row; without it the
         rows are split into ``n_clients`` iid clients.
+
+        Raises
+        ------
+        ValueError
+            Bad hyper-parameters or data (the message names them), and
+            :class:`~fedemstats.neural.rounds.TrainingDivergedError` when
+            training overflows instead of returning non-finite parameters.
         """
         self._check_params()
         X, y = validate_data(self, X, y, dtype=np.float64)
+        self.classes_, y_idx = unique_labels(y, "y")  # before sklearn's check: names mixed label types
+        if y.dtype == object and not all(isinstance(v, str) for v in self.classes_):
+            # scikit-learn's wording (its estimator checks expect it), plus what is wrong and the fix
+            kinds = sorted({type(v).__name__ for v in self.classes_})
+            raise ValueError(f"Unknown label type: y has dtype object holding {kinds}; "
+                             f"pass numeric labels as a numeric array, or strings.")
         check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data; "
                              f"got 1 class ({self.classes_[0]!r}).")
@@ -182,41 +232,32 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         settings = dict(rounds=self.max_iter, client_fraction=self.client_fraction,
                         local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.learning_rate,
                         wire_dtype=self.wire_dtype, random_state=rng, verbose=self.verbose)
-        if self.method in _EXTERNAL_METHODS:
-            result = self._run_external(model, clients, settings)
+        self.assignments_ = {}
+        if self.method == "fedsparse":
+            result = run_fedsparse(model, clients, **settings)
+        elif self.method == "fedpm":
+            # FedPM uploads binary masks and never sends float parameters: no wire dtype
+            settings.pop("wire_dtype")
+            result = run_fedpm(model, clients, **settings)
         else:
             self.prior_ = self._prior()
             result = run_hard_em(model, clients, self.prior_, **settings)
+            self.assignments_ = dict(result.assignments)
+        _check_fitted_outputs(result, X)
         self.model_ = model
         self.result_ = result
-        self.params_ = _result_params(result)
+        self.params_ = result.params
         self.history_ = pd.DataFrame(result.history)
         self.n_iter_ = int(len(self.history_))
-        self.ledger_ = getattr(result, "ledger", None)
-        self.assignments_ = dict(getattr(result, "assignments", {}))
+        self.ledger_ = result.ledger
         return self
-
-    def _run_external(self, model, clients, settings):
-        module_name, func_name = _EXTERNAL_METHODS[self.method]
-        try:
-            run = getattr(importlib.import_module(module_name), func_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # a real import error inside the module: show it
-                raise
-            raise NotImplementedError(f"method={self.method!r} needs {module_name}, which is not installed.") from exc
-        except AttributeError as exc:
-            raise NotImplementedError(f"method={self.method!r} needs {module_name}.{func_name}.") from exc
-        # Contract with part 2: run_*(model, clients, *, rounds, client_fraction, local_epochs,
-        # batch_size, lr, wire_dtype, random_state, verbose) -> result with history, ledger, predict_proba.
-        if self.method == "fedpm":
-            # FedPM uploads binary masks and never sends float parameters: no wire dtype
-            settings = {k: v for k, v in settings.items() if k != "wire_dtype"}
-        return run(model, clients, **settings)
 
     def predict_proba(self, X):
         """Class probabilities of shape (n_samples, n_classes), columns in ``classes_`` order.
 
-        The mixture averages its components' probabilities (an ensemble).
+        Deterministic (no random draw). The mixture averages its components'
+        probabilities (an ensemble). Raises ``ValueError`` if ``X`` makes the
+        network's outputs overflow (features far larger than in training).
         """
         check_is_fitted(self, "params_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -228,9 +269,15 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
-def _result_params(result):
-    """Server parameters of a run: ``state`` (hard-EM) or ``w`` (FedSparse) or ``scores`` (FedPM)."""
-    for name in ("state", "w", "scores"):
-        if getattr(result, name, None) is not None:
-            return getattr(result, name)
-    return None
+def _check_fitted_outputs(result, X):
+    """The fitted model must give finite probabilities on its own training rows ``X`` (n_samples, n_features).
+
+    Finite parameters can still overflow on large features (e.g. 1e16 times
+    large weights); that is a diverged fit, not a model to return.
+    """
+    try:
+        result.predict_proba(X)
+    except ValueError:
+        raise TrainingDivergedError(divergence_message(
+            "training diverged: the fitted network's outputs overflow to inf or NaN on the training rows",
+            feature_scale(X))) from None

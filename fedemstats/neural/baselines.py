@@ -22,9 +22,12 @@ import numpy as np
 
 from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
-from .fedpm import _accuracy, _wire, client_list, run_fedpm
-from .fedsparse import GateLayout
-from .hard_em import WIRE_BITS, sampler_for, check_batch_size, local_sgd, make_client_sampler
+from .fedpm import run_fedpm
+from .gates import GateLayout
+from .hard_em import local_sgd
+from .result import NeuralResult
+from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_local, check_server,
+                     check_wire_dtype, client_list, make_client_sampler, new_history, on_wire, sampler_for)
 
 __all__ = ["TopKRule", "run_topk_masks", "FedDropResult", "run_feddrop"]
 
@@ -71,6 +74,10 @@ class TopKRule:
     def upload(self, scores, rng):
         return self.train_mask(scores, rng)
 
+    def final_mask(self, theta):
+        """The final sub-network: the top k of theta in each layer (bool, (n_weights,))."""
+        return self.train_mask(theta, None)
+
 
 def run_topk_masks(model, clients, y=None, *, k=0.5, rounds=10, client_fraction=0.1, local_epochs=1,
                    batch_size=10, lr=0.1, clip_eps=1e-2, eval_data=None, random_state=None, verbose=False,
@@ -93,17 +100,23 @@ def run_topk_masks(model, clients, y=None, *, k=0.5, rounds=10, client_fraction=
 
 
 @dataclass
-class FedDropResult:
-    """Outcome of :func:`run_feddrop`: server weights ``w``, ``model``, ``history`` and ``ledger``."""
+class FedDropResult(NeuralResult):
+    """Outcome of :func:`run_feddrop` (a :class:`~.result.NeuralResult`).
+
+    Attributes
+    ----------
+    model, history, ledger
+        As :class:`~.result.NeuralResult`.
+    w : ndarray of shape (n_params,)
+        The full server model (``params``); predictions use every unit.
+    """
 
     w: np.ndarray
-    model: object
-    history: dict
-    ledger: BitLedger
 
-    def predict_proba(self, X) -> np.ndarray:
-        """Prediction of the full server model, shape (n_samples, n_outputs)."""
-        return self.model.predict_proba(self.w, X)
+    @property
+    def params(self) -> np.ndarray:
+        """The full server model, shape (n_params,)."""
+        return self.w
 
 
 class _SubModel:
@@ -126,8 +139,9 @@ def _unit_mask(lay, rate, rng):
     return z
 
 
-def _feddrop_round(model, lay, w, clients, active, pi, cfg, rng):
-    sent = _wire(w, cfg)
+def _feddrop_round(t, model, lay, w, clients, active, pi, cfg, rng):
+    """Round ``t``: every active client trains a random sub-model; returns (w, bits each way, loss)."""
+    sent = on_wire(w, cfg["wire_dtype"])
     total = np.zeros(model.n_params)
     mass = np.zeros(model.n_params)
     bits, losses = 0, []
@@ -137,13 +151,15 @@ def _feddrop_round(model, lay, w, clients, active, pi, cfg, rng):
         Xk, yk = clients[k]
         phi, loss = local_sgd(_SubModel(model, on), sent * on, Xk, yk, epochs=cfg["epochs"],
                               batch_size=cfg["batch_size"], lr=cfg["lr"], rng=rng)
+        check_local((phi,), loss, round_=t, client=int(k), clients=clients, wire_dtype=cfg["wire_dtype"])
         a = yk.size / p_k  # n_k / pi_k as in run_hard_em
-        total += a * on * _wire(phi, cfg)
+        total += a * on * on_wire(phi, cfg["wire_dtype"])
         mass += a * on
         # Both ways: the sub-model's values plus the kept-unit mask of the hidden layers.
         bits += int(on.sum()) * cfg["bits"] + n_hidden
         losses.append(loss)
     new_w = np.where(mass > 0, total / np.where(mass > 0, mass, 1.0), w)
+    check_server((new_w,), round_=t, clients=clients, wire_dtype=cfg["wire_dtype"])
     return new_w, bits, float(np.mean(losses))
 
 
@@ -169,27 +185,25 @@ def run_feddrop(model, clients, y=None, *, rate=0.25, rounds=10, client_fraction
     rate = check_positive(rate, "rate")
     if not rate < 1.0:
         raise ValueError(f"rate must lie in (0, 1); got {rate!r}.")
-    if wire_dtype not in WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
     cfg = {"rate": rate, "epochs": check_int(local_epochs, "local_epochs E"),
            "batch_size": check_batch_size(batch_size), "lr": check_positive(lr, "lr"),
-           "bits": WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
+           "bits": WIRE_BITS[check_wire_dtype(wire_dtype)], "wire_dtype": wire_dtype}
     clients = client_list(clients, y, model)
     sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     lay = GateLayout(model)
     w = model.init_params(rng) if init is None else np.array(init, dtype=np.float64)
-    ledger, history = BitLedger(), {k: [] for k in ("round", "n_active", "uplink_bits", "downlink_bits",
-                                                     "local_loss", "test_accuracy", "seconds")}
+    ledger = BitLedger()
+    history = new_history(("round", "n_active", "uplink_bits", "downlink_bits", "local_loss", "test_accuracy",
+                           "seconds"))
     for t in range(1, check_int(rounds, "rounds") + 1):
         tic = time.perf_counter()
         active, pi = sampler.sample(t, len(clients), rng)
         bits, loss = 0, np.nan
         if active.size:
-            w, bits, loss = _feddrop_round(model, lay, w, clients, active, pi, cfg, rng)
+            w, bits, loss = _feddrop_round(t, model, lay, w, clients, active, pi, cfg, rng)
         ledger.record(t, bits, bits, active.size)
-        for key, val in zip(history, (t, int(active.size), bits, bits, loss, _accuracy(model, w, eval_data),
-                                      time.perf_counter() - tic)):
-            history[key].append(val)
+        append_row(history, (t, int(active.size), bits, bits, loss, accuracy(model, w, eval_data),
+                             time.perf_counter() - tic))
         if verbose:
             logger.info("round %d: loss=%.4f acc=%.4f", t, loss, history["test_accuracy"][-1])
-    return FedDropResult(w=w, model=model, history=history, ledger=ledger)
+    return FedDropResult(model=model, history=history, ledger=ledger, w=w)

@@ -37,11 +37,14 @@ from scipy.special import expit
 
 from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
-from .fedpm import _accuracy, _wire, client_list
-from .hard_em import WIRE_BITS, check_batch_size, make_client_sampler, sampler_for
+from .gates import GateLayout
 from .optim import SGD, Adamax, Optimizer, make_optimizer
+from .result import NeuralResult
+from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_local, check_server,
+                     check_wire_dtype, client_list, make_client_sampler, minibatches, new_history, on_wire,
+                     sampler_for)
 
-__all__ = ["FedSparseResult", "GateLayout", "run_fedsparse", "hard_concrete"]
+__all__ = ["FedSparseResult", "run_fedsparse", "hard_concrete"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,109 +58,41 @@ _U_EPS = 1e-12
 _MIN_TAU = 1e-8
 
 
-class GateLayout:
-    """Group structure of an :class:`MLP` for unit gates (one gate per unit: incoming weights + bias).
-
-    Per-layer reductions replace ``bincount`` over the ``n_params`` group ids:
-    on the 2NN they are several times faster, and the client loop runs them
-    every mini-batch.
-
-    Parameters
-    ----------
-    model : MLP
-    prune_output : bool
-        Whether output units may be pruned (paper 001 kept them for ResNet20).
-
-    Attributes
-    ----------
-    n_groups : int
-    sizes : ndarray of shape (n_groups,)
-        Parameters per group, ``|g|``.
-    prunable : ndarray of bool of shape (n_groups,)
-    """
-
-    def __init__(self, model, prune_output=False):
-        self.n_groups = int(model.n_groups)
-        self.n_params = int(model.n_params)
-        self.layers = []  # (weight slice, bias slice, n_in, n_out, first unit id)
-        first = 0
-        for (ws, bs), n_in, n_out in zip(model.layer_slices, model.layer_sizes[:-1], model.layer_sizes[1:]):
-            self.layers.append((ws, bs, n_in, n_out, first))
-            first += n_out
-        self.sizes = np.concatenate([np.full(n_out, n_in + 1.0) for _, _, n_in, n_out, _ in self.layers])
-        self.prunable = np.ones(self.n_groups, dtype=bool)
-        if not prune_output:
-            self.prunable[self.n_groups - model.layer_sizes[-1]:] = False
-
-    def group_dot(self, a, b):
-        """Per-group inner products ``sum_{j in g} a_j b_j``, shape (n_groups,)."""
-        out = np.empty(self.n_groups)
-        for ws, bs, n_in, n_out, first in self.layers:
-            A, B = a[ws].reshape(n_in, n_out), b[ws].reshape(n_in, n_out)
-            out[first:first + n_out] = np.einsum("ij,ij->j", A, B) + a[bs] * b[bs]
-        return out
-
-    def norms(self, w):
-        """Group L2 norms ``||w_g||``, shape (n_groups,)."""
-        return np.sqrt(self.group_dot(w, w))
-
-    def expand(self, z, out=None):
-        """Per-parameter copy of the group values ``z`` (n_groups,), shape (n_params,)."""
-        out = np.empty(self.n_params, dtype=np.asarray(z).dtype) if out is None else out
-        for ws, bs, n_in, n_out, first in self.layers:
-            out[ws].reshape(n_in, n_out)[...] = z[first:first + n_out]
-            out[bs] = z[first:first + n_out]
-        return out
-
-    def param_on(self, z):
-        """Parameters that matter when the units with ``z`` (bool, (n_groups,)) are on, (n_params,).
-
-        A weight matters when its own unit is on and, past the first layer, the
-        hidden unit feeding it too (an off unit outputs ReLU(0) = 0).
-        """
-        on = self.expand(np.asarray(z, dtype=bool))
-        for i, (ws, _, n_in, n_out, _) in enumerate(self.layers[1:]):
-            prev_first = self.layers[i][4]
-            on[ws].reshape(n_in, n_out)[...] &= z[prev_first:prev_first + n_in, None]
-        return on
-
-
 @dataclass
-class FedSparseResult:
-    """Outcome of :func:`run_fedsparse`.
+class FedSparseResult(NeuralResult):
+    """Outcome of :func:`run_fedsparse` (a :class:`~.result.NeuralResult`).
 
     Attributes
     ----------
-    w : ndarray of shape (n_params,)
-        Server weights, zero on pruned parameters.
-    v : ndarray of shape (n_groups,)
-        Threshold logits, ``tau = softplus(v)``.
-    alive : ndarray of bool of shape (n_groups,)
-    theta : ndarray of shape (n_groups,)
-        Final gate probabilities.
     model : MLP
     history : dict of lists
         Per round: ``round, n_active, uplink_bits, downlink_bits, uplink_values,
         local_loss, test_accuracy, sparsity, groups_alive, seconds``.
     ledger : BitLedger
+    w : ndarray of shape (n_params,)
+        Server weights, zero on pruned parameters; also ``params`` (the server
+        prediction uses them with every live unit on: deterministic).
+    v : ndarray of shape (n_groups,)
+        Threshold logits, ``tau = softplus(v)``.
+    alive : ndarray of bool of shape (n_groups,)
+    theta : ndarray of shape (n_groups,)
+        Final gate probabilities.
     """
 
     w: np.ndarray
     v: np.ndarray
     alive: np.ndarray
     theta: np.ndarray
-    model: object
-    history: dict
-    ledger: BitLedger
+
+    @property
+    def params(self) -> np.ndarray:
+        """Server weights with the pruned ones at zero, shape (n_params,)."""
+        return self.w
 
     @property
     def sparsity(self) -> float:
         """Fraction of parameters removed: pruned groups and the fan-out of pruned units."""
         return 1.0 - float(GateLayout(self.model).param_on(self.alive).mean())
-
-    def predict_proba(self, X) -> np.ndarray:
-        """Server prediction with the pruned weights, shape (n_samples, n_outputs)."""
-        return self.model.predict_proba(self.w, X)
 
 
 def _gate_logits(norms, v, temperature):
@@ -199,22 +134,21 @@ def _client_grads(model, lay, w_s, v_s, theta_logit, Xb, yb, cfg, active_groups,
     return loss, g_eff * zp, grad_v
 
 
-def _client_update(model, lay, w, v, alive, Xk, yk, cfg, rng):
-    """Algorithm 2 on one client; returns (z_s bool (n_groups,), upload (n_params,), mean loss)."""
+def _client_update(model, lay, w, v, alive, Xk, yk, cfg, rng, check):
+    """Algorithm 2 on one client; returns (z_s bool (n_groups,), upload (n_params,), mean loss).
+
+    ``check((w_s, v_s), loss)`` vets the local result before anything is uploaded.
+    """
     theta_logit = _gate_logits(lay.norms(w), v, cfg["temperature"])
     w_s, v_s = w.copy(), v.copy()
     opt_w, opt_v = SGD(cfg["lr"]), Adamax(cfg["client_threshold_lr"])
-    n = yk.shape[0]
-    batch = n if cfg["batch_size"] is None else min(cfg["batch_size"], n)
-    cfg = dict(cfg, n_rows=n)
+    cfg = dict(cfg, n_rows=yk.shape[0])
     losses = []
-    for _ in range(cfg["epochs"]):
-        order = np.arange(n) if batch == n else rng.permutation(n)
-        for start in range(0, n, batch):
-            idx = order[start:start + batch]
-            loss, g_w, g_v = _client_grads(model, lay, w_s, v_s, theta_logit, Xk[idx], yk[idx], cfg, alive, rng)
-            w_s, v_s = opt_w.step(w_s, g_w), opt_v.step(v_s, g_v)
-            losses.append(loss)
+    for idx in minibatches(yk.shape[0], cfg["batch_size"], cfg["epochs"], rng):
+        loss, g_w, g_v = _client_grads(model, lay, w_s, v_s, theta_logit, Xk[idx], yk[idx], cfg, alive, rng)
+        w_s, v_s = opt_w.step(w_s, g_w), opt_v.step(v_s, g_v)
+        losses.append(loss)
+    check((w_s, v_s), float(np.mean(losses)))
     pi = expit(_gate_logits(lay.norms(w_s), v_s, cfg["temperature"]))
     z = (rng.random(lay.n_groups) < pi) | ~lay.prunable
     z &= alive
@@ -269,8 +203,6 @@ def _check_open_unit(value, name, upper=1.0):
 
 def _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, client_threshold_lr,
               server_optimizer, threshold_optimizer, local_epochs, batch_size, wire_dtype):
-    if wire_dtype not in WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
     server = server_optimizer if server_optimizer == "average" else make_optimizer(server_optimizer)
     if isinstance(server, Optimizer):
         server.reset()
@@ -285,29 +217,37 @@ def _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, 
                                                                                    "client_threshold_lr"),
             "server_optimizer": server, "threshold_optimizer": thr,
             "epochs": check_int(local_epochs, "local_epochs E"), "batch_size": check_batch_size(batch_size),
-            "bits": WIRE_BITS[wire_dtype], "float32": wire_dtype == "float32"}
+            "bits": WIRE_BITS[check_wire_dtype(wire_dtype)], "wire_dtype": wire_dtype}
 
 
-def _round(model, lay, state, clients, active, pi, cfg, rng):
-    """Broadcast, local updates, server step; returns (uplink bits, downlink bits, values up, loss, info)."""
+def _round(t, model, lay, state, clients, active, pi, cfg, rng):
+    """Round ``t``: broadcast, local updates, server step.
+
+    Returns (uplink bits, downlink bits, values up, loss, info).
+    """
     state_alive = state["alive"].copy()
     live = lay.param_on(state_alive)
     n_gates = int((state_alive & lay.prunable).sum())
     bits = cfg["bits"]
     # Down: live weights, one threshold per live gate, the live-group bit mask.
     down = active.size * (int(live.sum()) * bits + n_gates * bits + int(lay.prunable.sum()))
-    sent_w, sent_v = _wire(state["w"], cfg), _wire(state["v"], cfg)
+    sent_w, sent_v = on_wire(state["w"], cfg["wire_dtype"]), on_wire(state["v"], cfg["wire_dtype"])
     zs, uploads, losses = [], [], []
     for k in active:
-        z, upload, loss = _client_update(model, lay, sent_w, sent_v, state["alive"], *clients[k], cfg, rng)
+        def check(arrays, loss, k=int(k)):
+            check_local(arrays, loss, round_=t, client=k, clients=clients, wire_dtype=cfg["wire_dtype"])
+
+        z, upload, loss = _client_update(model, lay, sent_w, sent_v, state["alive"], *clients[k], cfg, rng, check)
         zs.append(z)
-        uploads.append(_wire(upload, cfg))
+        uploads.append(on_wire(upload, cfg["wire_dtype"]))
         losses.append(loss)
     # Up: the values of the parameters switched on by z_s, plus z_s over the live gates.
     values_up = int(sum(lay.param_on(z).sum() for z in zs))
     up = values_up * bits + active.size * n_gates
     weights = np.array([clients[k][1].size for k in active], dtype=np.float64) / pi
     _server_step(state, uploads, zs, weights, lay, cfg)
+    check_server((state["w"], state["v"]), round_=t, clients=clients, wire_dtype=cfg["wire_dtype"],
+                 hint="" if cfg["server_optimizer"] == "average" else "; or use server_optimizer='average'")
     loss = float(weights @ np.array(losses) / weights.sum())
     info = {"z": zs, "uploads": uploads, "active": active, "alive": state_alive, "w_sent": sent_w}
     return up, down, values_up, loss, info
@@ -363,6 +303,11 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
     Returns
     -------
     FedSparseResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        A ``ValueError``: a client's result or the server state became inf or NaN.
     """
     rng = check_rng(random_state)
     cfg = _settings(lambda0, temperature, ce_weight, prune_threshold, theta_init, lr, client_threshold_lr,
@@ -376,23 +321,22 @@ def run_fedsparse(model, clients, y=None, *, rounds=10, client_fraction=0.1, loc
     ledger = BitLedger()
     keys = ("round", "n_active", "uplink_bits", "downlink_bits", "uplink_values", "local_loss",
             "test_accuracy", "sparsity", "groups_alive", "seconds")
-    history = {k: [] for k in keys}
+    history = new_history(keys)
     for t in range(1, check_int(rounds, "rounds") + 1):
         tic = time.perf_counter()
         active, pi = sampler.sample(t, len(clients), rng)
         up = down = values = 0
         loss, info = np.nan, {"z": [], "uploads": [], "active": active}
         if active.size:
-            up, down, values, loss, info = _round(model, lay, state, clients, active, pi, cfg, rng)
+            up, down, values, loss, info = _round(t, model, lay, state, clients, active, pi, cfg, rng)
         live = _prune(state, lay, cfg)  # before the next broadcast
         ledger.record(t, up, down, active.size)
-        row = (t, int(active.size), up, down, values, loss, _accuracy(model, state["w"], eval_data),
+        row = (t, int(active.size), up, down, values, loss, accuracy(model, state["w"], eval_data),
                1.0 - float(live.mean()), int(state["alive"].sum()), time.perf_counter() - tic)
-        for k, val in zip(keys, row):
-            history[k].append(val)
+        append_row(history, row)
         if verbose:
             logger.info("round %d: loss=%.4f acc=%.4f sparsity=%.3f", t, loss, row[6], row[7])
         if callback is not None:
             callback(t, info)
-    return FedSparseResult(w=state["w"], v=state["v"], alive=state["alive"], theta=state["theta"],
-                           model=model, history=history, ledger=ledger)
+    return FedSparseResult(model=model, history=history, ledger=ledger, w=state["w"], v=state["v"],
+                           alive=state["alive"], theta=state["theta"])

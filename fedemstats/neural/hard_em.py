@@ -26,73 +26,47 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from .._validation import check_int, check_positive, check_probability, check_rng
-from ..ledger import FLOAT32_BITS, FLOAT64_BITS, BitLedger
-from ..participation import FixedSizeParticipation, Participation
+from .._validation import check_int, check_positive, check_rng
+from ..ledger import BitLedger
 from .priors import GaussianPrior, Prior
+from .result import NeuralResult
+from .rounds import (WIRE_BITS, append_row, check_batch_size, check_clients, check_local, check_server,
+                     check_wire_dtype, make_client_sampler, minibatches, new_history, on_wire, sampler_for)
 
-__all__ = ["HardEMResult", "run_hard_em", "local_sgd", "make_client_sampler", "check_batch_size"]
+__all__ = ["HardEMResult", "run_hard_em", "local_sgd"]
 
 logger = logging.getLogger(__name__)
 
-WIRE_BITS = {"float32": FLOAT32_BITS, "float64": FLOAT64_BITS}
-
 
 @dataclass
-class HardEMResult:
-    """Outcome of :func:`run_hard_em`.
+class HardEMResult(NeuralResult):
+    """Outcome of :func:`run_hard_em` (a :class:`~.result.NeuralResult`).
 
     Attributes
     ----------
-    state : ndarray of shape (n_params,) or (n_components, n_params)
-        Final server state (the mixture keeps one row per component).
     model : MLP
-    prior : Prior
     history : dict of lists
         Per round: ``round, n_active, uplink_bits, downlink_bits, local_loss,
         train_loss, test_accuracy, seconds`` (missing metrics are NaN).
     ledger : BitLedger
+    state : ndarray of shape (n_params,) or (n_components, n_params)
+        Final server state (the mixture keeps one row per component); also ``params``.
+    prior : Prior
     assignments : dict
         Client id -> mixture component it last started from.
     """
 
     state: np.ndarray
-    model: object
     prior: Prior
-    history: dict
-    ledger: BitLedger
     assignments: dict = field(default_factory=dict)
 
-    def predict_proba(self, X) -> np.ndarray:
-        """Server prediction of shape (n_samples, n_outputs)."""
+    @property
+    def params(self) -> np.ndarray:
+        """The server state, shape (n_params,) or (n_components, n_params)."""
+        return self.state
+
+    def _proba(self, X) -> np.ndarray:
         return self.prior.predict_proba(self.model, self.state, X)
-
-    def history_frame(self):
-        """The history as a pandas DataFrame, one row per round."""
-        import pandas as pd
-
-        return pd.DataFrame(self.history)
-
-
-def check_batch_size(batch_size):
-    """``None`` or ``inf`` (full batch) or an int >= 1; returns None or int."""
-    if batch_size is None or (isinstance(batch_size, float) and np.isinf(batch_size) and batch_size > 0):
-        return None
-    return check_int(batch_size, "batch_size B")
-
-
-def make_client_sampler(client_fraction) -> Participation | float:
-    """A :class:`Participation` as is, else the fraction C checked to lie in (0, 1]."""
-    if isinstance(client_fraction, Participation):
-        return client_fraction
-    return check_probability(client_fraction, "client_fraction C")
-
-
-def sampler_for(spec, n_clients) -> Participation:
-    if isinstance(spec, Participation):
-        return spec
-    # Paper 004, Algorithm 1: m = max(C K, 1); rounding guards against 0.3 * 10 = 2.999...
-    return FixedSizeParticipation(max(1, int(round(spec * n_clients))))
 
 
 def local_sgd(model, phi, X, y, *, epochs, batch_size, lr, pull=None, rng=None):
@@ -120,46 +94,16 @@ def local_sgd(model, phi, X, y, *, epochs, batch_size, lr, pull=None, rng=None):
     mean_loss : float
         Mean over all mini-batches of the data loss (before each step).
     """
-    n = y.shape[0]
-    full = batch_size is None or batch_size >= n
     losses = []
-    for _ in range(epochs):
-        order = None if full else rng.permutation(n)
-        for start in range(0, n, n if full else batch_size):
-            if full:
-                loss, grad = model.loss_and_grad(phi, X, y)
-            else:
-                idx = order[start:start + batch_size]
-                loss, grad = model.loss_and_grad(phi, X[idx], y[idx])
-            if pull is not None:
-                g_prior = pull(phi)
-                if g_prior is not None:
-                    grad += g_prior
-            phi -= lr * grad
-            losses.append(loss)
+    for idx in minibatches(y.shape[0], batch_size, epochs, rng):
+        loss, grad = model.loss_and_grad(phi, X[idx], y[idx])
+        if pull is not None:
+            g_prior = pull(phi)
+            if g_prior is not None:
+                grad += g_prior
+        phi -= lr * grad
+        losses.append(loss)
     return phi, float(np.mean(losses))
-
-
-def _on_wire(x, wire_dtype):
-    """What the receiver gets: parameters rounded to the declared wire precision."""
-    return x.astype(np.float32).astype(np.float64) if wire_dtype == "float32" else x
-
-
-def check_clients(clients, model):
-    if len(clients) == 0:
-        raise ValueError("clients is empty; pass a list of (X_k, y_k) pairs.")
-    out = []
-    for k, (Xk, yk) in enumerate(clients):
-        # stored in the model's compute precision so batches are not re-cast every step
-        Xk = np.asarray(Xk, dtype=getattr(model, "dtype", np.float64))
-        yk = np.asarray(yk, dtype=np.intp)
-        if Xk.ndim != 2 or Xk.shape[0] == 0 or Xk.shape[0] != yk.shape[0]:
-            raise ValueError(f"client {k}: need X (n_k >= 1, n_features) and y (n_k,); "
-                             f"got {Xk.shape} and {yk.shape}.")
-        if Xk.shape[1] != model.layer_sizes[0]:
-            raise ValueError(f"client {k} has {Xk.shape[1]} features; the MLP expects {model.layer_sizes[0]}.")
-        out.append((Xk, yk))
-    return out
 
 
 def _evaluate(model, prior, state, clients, eval_data, track_train_loss):
@@ -175,9 +119,9 @@ def _evaluate(model, prior, state, clients, eval_data, track_train_loss):
     return train_loss, test_acc
 
 
-def _round(model, prior, state, clients, active, pi, settings, rng, assignments):
-    """One E-step on every active client plus the M-step; returns (state, local loss)."""
-    sent = _on_wire(state, settings["wire_dtype"])
+def _round(t, model, prior, state, clients, active, pi, settings, rng, assignments):
+    """One E-step on every active client plus the M-step of round ``t``; returns (state, local loss)."""
+    sent = on_wire(state, settings["wire_dtype"])
     phis, losses, comps = [], [], []
     for k in active:
         Xk, yk = clients[k]
@@ -186,13 +130,17 @@ def _round(model, prior, state, clients, active, pi, settings, rng, assignments)
         comps.append(comp)
         phi, loss = local_sgd(model, phi, Xk, yk, epochs=settings["epochs"], batch_size=settings["batch_size"],
                               lr=settings["lr"], pull=lambda p, a=anchor: prior.pull_grad(p, a), rng=rng)
+        # A diverged client is an error, not an upload; the hook may then tamper with a sound one.
+        check_local((phi,), loss, round_=t, client=int(k), clients=clients, wire_dtype=settings["wire_dtype"])
         if settings["uplink_hook"] is not None:
             phi = settings["uplink_hook"](int(k), phi)
-        phis.append(_on_wire(phi, settings["wire_dtype"]))
+        phis.append(on_wire(phi, settings["wire_dtype"]))
         losses.append(loss)
     sizes = np.array([clients[k][1].size for k in active], dtype=np.float64)
     weights = sizes / pi
     new_state = prior.m_step(state, np.array(phis), weights, sizes, np.array(comps), rng=rng)
+    check_server((new_state,), round_=t, clients=clients, wire_dtype=settings["wire_dtype"],
+                 hint=prior.divergence_hint())
     return new_state, float(weights @ np.array(losses) / weights.sum())
 
 
@@ -240,14 +188,18 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
     Returns
     -------
     HardEMResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        A ``ValueError``: a client's local result or the server state became
+        inf or NaN (:mod:`.rounds`); the message names the data scale and the fix.
     """
     rng = check_rng(random_state)
     prior = GaussianPrior(0.0) if prior is None else prior
-    if wire_dtype not in WIRE_BITS:
-        raise ValueError(f"wire_dtype must be one of {sorted(WIRE_BITS)}; got {wire_dtype!r}.")
     clients = check_clients(clients, model)
     settings = {"epochs": check_int(local_epochs, "local_epochs E"), "batch_size": check_batch_size(batch_size),
-                "lr": check_positive(lr, "learning rate"), "wire_dtype": wire_dtype,
+                "lr": check_positive(lr, "learning rate"), "wire_dtype": check_wire_dtype(wire_dtype),
                 "uplink_hook": uplink_hook, "eval_data": eval_data, "track_train_loss": track_train_loss,
                 "verbose": verbose, "callback": callback}
     sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
@@ -265,8 +217,8 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
 
 def _train(model, prior, state, clients, sampler, rounds, settings, rng):
     ledger, assignments = BitLedger(), {}
-    history = {key: [] for key in ("round", "n_active", "uplink_bits", "downlink_bits",
-                                   "local_loss", "train_loss", "test_accuracy", "seconds")}
+    history = new_history(("round", "n_active", "uplink_bits", "downlink_bits",
+                           "local_loss", "train_loss", "test_accuracy", "seconds"))
     bits = WIRE_BITS[settings["wire_dtype"]]
     for t in tqdm(range(1, rounds + 1), disable=not settings["verbose"], desc=type(prior).__name__):
         tic = time.perf_counter()
@@ -276,17 +228,16 @@ def _train(model, prior, state, clients, sampler, rounds, settings, rng):
         if active.size:  # a Bernoulli sampler may pick nobody: the state is kept
             down = active.size * prior.floats_down(state) * bits
             up = active.size * model.n_params * bits
-            state, local_loss = _round(model, prior, state, clients, active, pi, settings, rng, assignments)
+            state, local_loss = _round(t, model, prior, state, clients, active, pi, settings, rng, assignments)
         ledger.record(t, up, down, active.size)
         train_loss, test_acc = _evaluate(model, prior, state, clients, settings["eval_data"],
                                          settings["track_train_loss"])
-        for key, val in zip(history, (t, int(active.size), up, down, local_loss, train_loss, test_acc,
-                                      time.perf_counter() - tic)):
-            history[key].append(val)
+        append_row(history, (t, int(active.size), up, down, local_loss, train_loss, test_acc,
+                             time.perf_counter() - tic))
         if settings["verbose"]:
             logger.info("round %d: active=%d local_loss=%.4f train_loss=%.4f test_acc=%.4f",
                         t, active.size, local_loss, train_loss, test_acc)
         if settings["callback"] is not None:
             settings["callback"](t, state)
-    return HardEMResult(state=state, model=model, prior=prior, history=history, ledger=ledger,
+    return HardEMResult(model=model, history=history, ledger=ledger, state=state, prior=prior,
                         assignments=assignments)

@@ -11,7 +11,35 @@ import numpy as np
 from ..federation import partition_dirichlet, partition_iid, partition_shards
 
 __all__ = ["split_clients", "iid_clients", "pathological_clients", "dirichlet_clients",
-           "partition_iid", "partition_shards", "partition_dirichlet"]
+           "partition_iid", "partition_shards", "partition_dirichlet", "unique_labels"]
+
+
+def unique_labels(values, name):
+    """Sorted unique labels and the index of each value, as ``numpy.unique(..., return_inverse=True)``.
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    labels : ndarray of shape (n_labels,)
+    inverse : ndarray of int of shape (n,)
+
+    Raises
+    ------
+    ValueError
+        If the labels cannot be sorted: mixed types (e.g. int and str) or None.
+    """
+    values = np.asarray(values)
+    try:
+        return np.unique(values, return_inverse=True)
+    except TypeError as exc:  # numpy's message names neither the argument nor the cause
+        kinds = sorted({type(v).__name__ for v in values.ravel()})
+        raise ValueError(f"{name} mixes labels of types {kinds} that cannot be sorted; use labels of one "
+                         f"type (all int or all str, no None).") from exc
 
 
 def split_clients(X, y, groups):
@@ -32,7 +60,7 @@ def split_clients(X, y, groups):
     if not (X.shape[0] == y.shape[0] == groups.shape[0]):
         raise ValueError(f"X, y and groups must have the same number of rows; "
                          f"got {X.shape[0]}, {y.shape[0]}, {groups.shape[0]}.")
-    _, inverse = np.unique(groups, return_inverse=True)
+    _, inverse = unique_labels(groups, "groups")
     order = np.argsort(inverse, kind="stable")
     cuts = np.flatnonzero(np.diff(inverse[order])) + 1
     return [(X[rows], y[rows]) for rows in np.split(order, cuts)]

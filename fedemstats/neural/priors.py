@@ -105,6 +105,10 @@ class Prior:
         """Floats the server sends to each active client per round."""
         return int(state.size)
 
+    def divergence_hint(self) -> str:
+        """Advice appended to the fix when the server state diverges ("" or "; or ...")."""
+        return ""
+
 
 class GaussianPrior(Prior):
     """N(w, 1/lam): FedAvg (lam = 0), FedProx (lam > 0), FedOpt (server optimizer).
@@ -138,6 +142,9 @@ class GaussianPrior(Prior):
         if self.lam == 0.0:
             return None
         return self.lam * (phi - anchor)
+
+    def divergence_hint(self):
+        return "" if self._opt is None else "; or lower server_lr"
 
     def m_step(self, state, phis, weights, sizes, components, rng=None):
         avg = np.asarray(weights, dtype=np.float64) @ phis / np.sum(weights)
@@ -279,11 +286,14 @@ def _sq_dists(A, B):
 
 
 def _kmeanspp(points, k, rng):
-    """k-means++ seeding (Arthur & Vassilvitskii 2007) of k centres among ``points``."""
-    centres = [points[rng.integers(points.shape[0])]]
+    """k-means++ seeding (Arthur & Vassilvitskii 2007) of k centres among ``points`` (m, p)."""
+    # D^2 sampling is scale-free: unit scale keeps squared distances of large (finite) points finite.
+    scale = np.max(np.abs(points))
+    unit = points / scale if scale > 0 else points
+    chosen = [rng.integers(points.shape[0])]
     for _ in range(1, k):
-        d2 = _sq_dists(points, np.array(centres)).min(axis=1)
+        d2 = _sq_dists(unit, unit[chosen]).min(axis=1)
         total = d2.sum()
         p = d2 / total if total > 0 else None  # all points coincide: pick uniformly
-        centres.append(points[rng.choice(points.shape[0], p=p)])
-    return np.array(centres)
+        chosen.append(rng.choice(points.shape[0], p=p))
+    return points[chosen]
