@@ -154,7 +154,7 @@ def summary_lines(rows):
     def names(sub):
         return ", ".join(f"{r['table']}/{r['split']}/{r['model']}/p={r['p']:g}" for r in sub)
 
-    coll = [r for r in ok if r["collapse"] and "blow-up" not in r["collapse"]]
+    coll = [r for r in ok if any(not why.startswith("blow-up") for why in r["collapse"].split("; ") if why)]
     blow = [r for r in ok if "blow-up" in r["collapse"]]
     lines.append(f"- Collapsed: {len(coll)}" + (f" ({names(coll)})" if coll else ""))
     lines.append(f"- Blew up (diverged): {len(blow)}" + (f" ({names(blow)})" if blow else ""))
@@ -172,6 +172,25 @@ def summary_lines(rows):
     if bits.size:
         lines.append(f"- Total bits FedEM / exact EM: median {np.median(bits):.2f} (min {bits.min():.2f}, "
                      f"max {bits.max():.2f}).")
+    return lines
+
+
+def model_table(rows):
+    """Per model and participation: passes, median gap (imputer: RMSE ratio), collapses,
+    false convergences, runs ending at max_iter."""
+    lines = ["| model | p | pass | median gap (imputer: RMSE ratio) | max | collapse / blow-up | "
+             "converged_ but outside tol | converged_ False |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in dict.fromkeys(r["model"] for r in rows):
+        imp = MODELS[m].kind == "imputer"
+        for p in PARTICIPATIONS:
+            sub = [r for r in rows if r["model"] == m and r["p"] == p]
+            ok = [r for r in sub if r["status"] == "ok"]
+            vals = np.array([r["rmse_ratio"] if imp else r["gap"] for r in ok]) if ok else np.array([np.nan])
+            fmt = _ratio if imp else (lambda x: _f(x, ".2e"))
+            lines.append(f"| {m} | {p:g} | {sum(r['passed'] for r in sub)} / {len(sub)} | {fmt(np.median(vals))} "
+                         f"| {fmt(np.max(vals))} | {sum(bool(r['collapse']) for r in ok)} "
+                         f"| {sum(r['conv_comp'] and severity(r) > 1 for r in ok)} "
+                         f"| {sum(not r['conv_comp'] for r in ok)} |")
     return lines
 
 
@@ -236,7 +255,7 @@ def report(tables, splits, rows, args, total_s, n_fits):
                      f"{sp['het'].min_rows} rows | {sp['iid'].description}, min {sp['iid'].min_rows} rows "
                      f"| {t.source}; {t.note} |")
     lines += ["", "## Results", "", HEADER] + [table_line(r) for r in rows]
-    lines += ["", "## Summary", ""] + summary_lines(rows)
+    lines += ["", "## Summary", ""] + summary_lines(rows) + [""] + model_table(rows)
     worst = sorted(rows, key=severity, reverse=True)[:WORST_ROWS]
     lines += ["", f"## Worst {len(worst)} rows (by gap / tolerance)", "", HEADER] + [table_line(r) for r in worst]
     warns = sorted({w for r in rows for w in r["warnings"]})
