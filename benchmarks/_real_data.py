@@ -43,7 +43,7 @@ __all__ = [
     "Table", "Split", "ModelConfig", "RunResult",
     "TABLES", "MODELS", "VARIANTS", "load_table", "load_tables", "make_splits", "mcar_mask",
     "run_config", "collapse_reasons", "check_same_start", "StartMismatchError",
-    "gaussian_observed_loglik", "warm_up",
+    "gaussian_observed_loglik", "warm_up", "n_clients_for", "factor_count", "PORTAL_MIN_CAPTURES",
 ]
 
 logger = logging.getLogger("benchmarks.real_data")
