@@ -1,164 +1,105 @@
-"""A real Flower deployment on 127.0.0.1: flower-superlink, 3 flower-supernode processes, `flwr run`.
+"""A real, secured Flower deployment on 127.0.0.1: flower-superlink, SuperNodes, `flwr run`.
 
-One module-scoped scenario starts a SuperLink and SuperNodes on free loopback
-ports with a temporary FLWR_HOME, telemetry and runtime dependency installation
-off, runs the example app, kills one SuperNode mid-run, and stops every process
-it started (by process group, in ``finally``), pass or fail. The two tests check
-equivalence (rounds 1-2) and the partial round after the kill (round 3).
+The deployment is the documented one (docs/flower.md): TLS with a CA and server
+certificate generated here, and SuperNode authentication (`--enable-supernode-auth`;
+node keys registered with `flwr supernode register`). One module-scoped scenario
+starts a SuperLink and 3 registered SuperNodes on free loopback ports with a
+temporary FLWR_HOME (telemetry and runtime dependency installation off), plus two
+SuperNodes that must be refused: one whose key is not registered ("intruder") and
+one that speaks plain HTTP ("plaintext"; it has no key, as Flower refuses to sign
+requests over an insecure channel). It runs the example app, kills one registered
+SuperNode mid-run, and stops every process it started (by process group, in
+``finally``), pass or fail. The tests check equivalence with the in-process engine
+(rounds 1-2), the partial round after the kill (round 3), and that the refused
+nodes never took part.
 """
-import json
-import os
-import signal
+import re
 import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
+import ssl
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip install 'fedemstats[flower]'")
 
+from cryptography.hazmat.primitives import serialization  # noqa: E402  (a Flower dependency)
+
+from _flower_cluster import Cluster, tools_installed, wait_result  # noqa: E402
 from fedemstats.flower import FedEMSettings, GMMProblem  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.testing import write_partitions  # noqa: E402
 
-BIN = Path(sys.executable).parent
-APP_DIR = Path(__file__).resolve().parent.parent / "examples" / "flower_gmm"
 N_NODES = 3
 TOL = 1e-10
-#: bounded waits (seconds); a whole test stays well under the 3-minute budget
-START_TIMEOUT, RUN_TIMEOUT, STOP_TIMEOUT = 30.0, 150.0, 10.0
-POLL = 0.2
+#: bounded wait for a round (seconds); the whole module stays under the 3-minute budget
+RUN_TIMEOUT = 150.0
+REGISTERED = [f"node{i}" for i in range(N_NODES)]
+REFUSED = ("intruder", "plaintext")
 
-pytestmark = pytest.mark.skipif(not (BIN / "flower-superlink").exists() or not (BIN / "flwr").exists(),
+pytestmark = pytest.mark.skipif(not tools_installed(),
                                 reason="Flower command-line tools not installed (pip install 'fedemstats[flower]')")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(POLL)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
-
-
-class Cluster:
-    """SuperLink + SuperNodes as child processes, each in its own process group."""
-
-    def __init__(self, root: Path, data: Path):
-        self.root, self.data, self.procs, self.logs = root, data, {}, {}
-        home = root / "flwr_home"
-        home.mkdir()
-        self.port = _free_port()
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{self.port}"\n'
-            "insecure = true\n")
-        self.env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-
-    def _spawn(self, name, args):
-        log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - closed in stop()
-        self.logs[name] = log
-        self.procs[name] = subprocess.Popen([str(BIN / args[0]), *args[1:]], env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    def start(self):
-        self._spawn("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
-                                  str(self.port), "--disable-runtime-dependency-installation"])
-        _wait_port(self.port, START_TIMEOUT)
-        for i in range(N_NODES):
-            node_config = f'partition-id={i} data-path="{self.data / f"partition-{i}.csv"}"'
-            self._spawn(f"node{i}", ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                                     "--host", "127.0.0.1", "--port", str(_free_port()),
-                                     "--node-config", node_config])
-
-    def kill(self, name):
-        """SIGKILL a child's whole process group (the process and the apps it launched)."""
-        proc = self.procs[name]
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(STOP_TIMEOUT)
-
-    def stop(self):
-        for name, proc in self.procs.items():
-            try:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(STOP_TIMEOUT)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                self.kill(name)
-            finally:
-                self.logs[name].close()
-
-    def flwr_run(self, **config):
-        values = " ".join(f"{k}={json.dumps(v)}" for k, v in config.items())
-        done = subprocess.run([str(BIN / "flwr"), "run", str(APP_DIR), "test", "--run-config", values],
-                              env=self.env, capture_output=True, text=True, timeout=START_TIMEOUT * 2)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    def log_tail(self, n=15):
-        return "\n".join(f"--- {k}\n" + "\n".join((self.root / f"{k}.log").read_text().splitlines()[-n:])
-                         for k in self.procs)
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
-    """One deployment, one `flwr run` of 3 full-participation rounds; node 2 is killed
-    once round 2 is recorded. Returns (partitions, result after round 2, final result)."""
-    root = tmp_path_factory.mktemp("deployment")
-    data = root / "data"
-    data.mkdir()
-    parts = write_partitions(data, N_NODES, rows=80, dim=2, n_components=2, seed=4)
-    out = root / "result.json"
-    c = Cluster(root, data)
-    try:
-        c.start()
-        c.flwr_run(**RUN_CONFIG, output=str(out))
-        after_two = _wait_result(out, 2, c)
-        c.kill("node2")  # partition 2 dies between round 2 and round 3
-        final = _wait_result(out, 3, c)
-    finally:
-        c.stop()
-    return parts, after_two, final
-
 
 #: run config of the scenario (keys of [tool.flwr.app.config] in examples/flower_gmm)
 RUN_CONFIG = {"num-rounds": 3, "compressor": "dither:s=4", "participation": 1.0, "step-size": 0.5,
               "seed": 13, "min-nodes": N_NODES, "round-timeout": 30.0, "node-wait": 90.0, "n-components": 2}
 
 
-def _wait_result(path: Path, round_, cluster, timeout=RUN_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            result = json.loads(path.read_text())
-            if result["round"] >= round_:
-                return result
-        time.sleep(POLL)
-    raise TimeoutError(f"round {round_} not reached in {timeout:g} s\n{cluster.log_tail()}")
+def _tls_handshake(cluster):
+    """Protocol version of a TLS handshake with the SuperLink, verified against the test CA for 127.0.0.1."""
+    context = ssl.create_default_context(cafile=str(cluster.tls.ca_cert))
+    with socket.create_connection(("127.0.0.1", cluster.port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return tls.version()
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    """One secured deployment, one `flwr run` of 3 full-participation rounds; node2 is killed
+    once round 2 is recorded. The two refused SuperNodes start with the registered ones and
+    would serve partition 3."""
+    root = tmp_path_factory.mktemp("deployment")
+    data = root / "data"
+    data.mkdir()
+    parts = write_partitions(data, N_NODES + 1, rows=80, dim=2, n_components=2, seed=4)
+    out = root / "result.json"
+    c = Cluster(root, data, secure=True)
+    try:
+        c.start_superlink()
+        for name in (*REGISTERED, "intruder"):
+            c.make_keys(name)
+        ids = c.register(REGISTERED)  # the intruder's key is never registered
+        for i, name in enumerate(REGISTERED):
+            c.start_node(name, i)
+        c.start_node("intruder", N_NODES)
+        c.start_node("plaintext", N_NODES, plaintext=True)
+        tls_version = _tls_handshake(c)
+        c.flwr_run(**RUN_CONFIG, output=str(out))
+        after_two = wait_result(out, 2, c, RUN_TIMEOUT)
+        c.kill("node2")  # partition 2 dies between round 2 and round 3
+        nodes = c.nodes()  # while round 3 waits for node2's reply
+        final = wait_result(out, 3, c, RUN_TIMEOUT)
+        exits = {name: c.wait_exit(name) for name in REFUSED}
+    except BaseException:
+        print(c.log_tail(40))  # shown by pytest with the set-up error
+        raise
+    finally:
+        c.stop()
+    return SimpleNamespace(parts=parts, after_two=after_two, final=final, ids=ids, nodes=nodes, exits=exits,
+                           tls_version=tls_version, cluster=c)
 
 
 def test_deployment_equals_in_process_engine(scenario):
-    parts, after_two, _ = scenario
+    after_two = scenario.after_two
     settings = FedEMSettings(n_rounds=2, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=13)
-    diffs = max_abs_difference(after_two, reference_run(parts, GMMProblem(2), settings))
+    diffs = max_abs_difference(after_two, reference_run(scenario.parts[:N_NODES], GMMProblem(2), settings))
     assert max(diffs.values()) < TOL, diffs
     assert [h["n_active"] for h in after_two["history"]] == [3, 3, 3]
     assert all(h["reply_bytes"] > 0 for h in after_two["history"][1:])
 
 
 def test_killed_supernode_round_is_partial(scenario):
-    _, _, final = scenario
+    final = scenario.final
     assert final["round"] == 3
     before, last = final["history"][2], final["history"][3]
     assert before["n_active"] == 3 and before["failed_partitions"] == [] and not before["partial"]
@@ -166,3 +107,43 @@ def test_killed_supernode_round_is_partial(scenario):
     # the lost node changed neither V nor the V_i mirror: V = sum_i w_i V_i still holds
     np.testing.assert_allclose(final["v"], np.array(final["weights"]) @ np.array(final["v_clients"]),
                                rtol=0, atol=1e-13)
+
+
+def _took_part(log):
+    return "Receiving:" in log or "[RUN " in log
+
+
+def test_unregistered_supernode_is_refused(scenario):
+    """The intruder's key is not registered: the SuperLink refuses its activation, it exits,
+    never receives a message, and its partition never appears; the registered nodes run."""
+    c = scenario.cluster
+    intruder, superlink = c.log("intruder"), c.log("superlink")
+    assert scenario.exits["intruder"] != 0, c.log_tail()
+    assert "Failed to activate SuperNode" in intruder, intruder
+    assert not _took_part(intruder), intruder
+    # the SuperLink names the refused key: the intruder's own (logged as PEM bytes)
+    key = serialization.load_ssh_public_key(c.node_keys["intruder"].public_key.read_bytes())
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    refusals = [line for line in superlink.splitlines() if "No SuperNode found with the given public key" in line]
+    assert any(repr(pem) in line for line in refusals), superlink[-3000:]
+    # the SuperLink knows the registered nodes only (the intruder never got a node id), and
+    # only registered nodes served partitions
+    assert set(scenario.nodes) == {scenario.ids[n] for n in REGISTERED}, scenario.nodes
+    assert all(scenario.nodes[scenario.ids[n]] == "online" for n in REGISTERED[:-1]), scenario.nodes
+    for name in REGISTERED:
+        log = c.log(name)
+        assert f"SuperNode ID: {scenario.ids[name]}" in log and _took_part(log), log[-2000:]
+    assert scenario.final["partitions"] == list(range(N_NODES))
+    assert all(h["n_active"] <= N_NODES for h in scenario.final["history"])
+
+
+def test_superlink_accepts_only_tls(scenario):
+    """The SuperLink serves TLS only (verified against the generated CA); a node that speaks
+    plain HTTP never connects; the run itself went over TLS."""
+    c = scenario.cluster
+    assert scenario.tls_version in ("TLSv1.2", "TLSv1.3")
+    assert re.search(r"running on https://127\.0\.0\.1:\d+", c.log("superlink")), c.log("superlink")[:2000]
+    plaintext = c.log("plaintext")
+    assert scenario.exits["plaintext"] != 0, c.log_tail()
+    assert "Failed to initialize the connection to the SuperLink" in plaintext, plaintext
+    assert not _took_part(plaintext), plaintext
