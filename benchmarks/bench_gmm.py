@@ -25,8 +25,8 @@ from fedemstats.algorithms import FedEM
 from fedemstats.algorithms._history import History
 from fedemstats.federation import Federation
 from fedemstats.ledger import BitLedger
+from fedemstats.models._summaries import global_moments
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
-from fedemstats.models.gmm_init import global_moments
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_compression import throughput_table  # noqa: E402

@@ -6,8 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_int, check_rng
-from ..models._missing_kernels import check_missing_input, nan_moments, public_scale
+from .._validation import check_int, check_missing_input, check_rng
 from ..models.factor import FactorAnalysisModel, FactorParams, factor_log_likelihood, factor_transform
 from ._base import FederatedEMMixin
 
@@ -150,8 +149,7 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         check_missing_input(fed.X)
         k = self._n_factors(fed)
         psi0 = self._noise_init(fed.n_features)
-        mean, cov = nan_moments(fed.X)  # round 1: sums from the clients, public afterwards
-        model = FactorAnalysisModel(fed.n_features, k, shift=mean, scale=public_scale(cov))
+        model = FactorAnalysisModel.from_federation(fed, n_factors=k)
         theta0 = model.init_theta(fed, noise_variance_init=psi0)
         result = self._run_algorithm(model, fed, theta0, check_rng(self.random_state))
         self._store_run(result)

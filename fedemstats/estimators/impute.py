@@ -9,17 +9,19 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.impute import MissingIndicator
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
-from .._validation import check_int, check_positive, check_rng
-from ..models._missing_kernels import check_missing_input, nan_moments, public_scale
+from .._validation import check_int, check_missing_input, check_positive, check_rng
 from ..models.gaussian_missing import GaussianMissingModel
+from ..models.gmm_init import INIT_METHODS
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel
 from ..models.poisson_mixture import PoissonMixtureModel, check_counts
 from ._base import FederatedEMMixin
 
 __all__ = ["FederatedImputer", "IMPUTER_MODELS"]
 
-IMPUTER_MODELS = ("gaussian", "gmm", "poisson")
-INIT_PARAMS = ("kmeans", "random")
+#: ``model=`` name -> model class
+MODEL_CLASSES = {"gaussian": GaussianMissingModel, "gmm": GaussianMixtureMissingModel,
+                 "poisson": PoissonMixtureModel}
+IMPUTER_MODELS = tuple(MODEL_CLASSES)
 
 
 def _is_nan_marker(value):
@@ -135,8 +137,8 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         if self.covariance_type not in MISSING_COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {MISSING_COVARIANCE_TYPES}; "
                              f"got {self.covariance_type!r}.")
-        if self.init_params not in INIT_PARAMS:
-            raise ValueError(f"init_params must be one of {INIT_PARAMS}; got {self.init_params!r}.")
+        if self.init_params not in INIT_METHODS:
+            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}.")
         check_positive(self.reg_covar, "reg_covar", strict=False)
         check_int(self.n_init, "n_init")
         if not isinstance(self.missing_values, (numbers.Real, type(None))) or self.missing_values is None:
@@ -173,14 +175,14 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         """
         self._check_params()
         fed, X_flat, _ = self._federation(self._to_nan(X), groups, min_rows=2)
-        observed = check_missing_input(fed.X)
+        check_missing_input(fed.X)
         K = 1 if self.model == "gaussian" else self.n_components
         if K > fed.n_rows:
             raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
         if self.model == "poisson":
             check_counts(fed.X)
         rng = check_rng(self.random_state)
-        model = self._make_model(fed, observed)
+        model = self._make_model(fed)
         if self.model == "gaussian":
             n_init, initial_theta = 1, lambda: model.init_theta(fed, rng=rng)
         else:
@@ -191,15 +193,13 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         self.indicator_ = MissingIndicator(error_on_new=False).fit(X_flat) if self.add_indicator else None
         return self
 
-    def _make_model(self, fed, observed):
-        d = fed.n_features
-        if self.model == "poisson":
-            return PoissonMixtureModel(self.n_components, d)
-        shift, cov = nan_moments(fed.X, observed)  # round 1: client sums, public afterwards
-        if self.model == "gaussian":
-            return GaussianMissingModel(d, self.reg_covar, shift=shift, scale=public_scale(cov))
-        return GaussianMixtureMissingModel(self.n_components, d, self.covariance_type, self.reg_covar,
-                                           shift=shift)
+    def _make_model(self, fed):
+        """The chosen model with its public shift / scale from round-1 client summaries."""
+        hyper = {"poisson": {"n_components": self.n_components},
+                 "gaussian": {"reg_covar": self.reg_covar},
+                 "gmm": {"n_components": self.n_components, "covariance_type": self.covariance_type,
+                         "reg_covar": self.reg_covar}}[self.model]
+        return MODEL_CLASSES[self.model].from_federation(fed, **hyper)
 
     # ------------------------------------------------------------------ transform
     def transform(self, X):

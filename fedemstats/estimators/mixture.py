@@ -8,14 +8,12 @@ from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_positive, check_rng
-from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp, make_params
-from ..models.gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, global_moments, init_params
+from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp
+from ..models.gmm_init import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError
+from ..models.gmm_params import COVARIANCE_TYPES, make_params
 from ._base import FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
-
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
-INIT_PARAMS = ("kmeans", "random")
 
 
 class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
@@ -153,9 +151,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
             raise ValueError(f"Expected n_samples >= n_components but got n_components = "
                              f"{self.n_components}, n_samples = {fed.n_rows}.")
         rng = check_rng(self.random_state)
-        mean, _ = global_moments(fed)
-        model = GaussianMixtureModel(self.n_components, fed.n_features, self.covariance_type,
-                                     self.reg_covar, shift=mean)
+        model = GaussianMixtureModel.from_federation(fed, n_components=self.n_components,
+                                                     covariance_type=self.covariance_type, reg_covar=self.reg_covar)
         best = self._fit_best_of(
             model, fed, 1 if warm else self.n_init,
             lambda: self._theta_previous() if warm else self._initial_theta(fed, model, rng), rng)
@@ -171,8 +168,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         check_int(self.n_components, "n_components")
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}.")
-        if self.init_params not in INIT_PARAMS:
-            raise ValueError(f"init_params must be one of {INIT_PARAMS}; got {self.init_params!r}.")
+        if self.init_params not in INIT_METHODS:
+            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}.")
         check_positive(self.reg_covar, "reg_covar", strict=False)
         check_int(self.n_init, "n_init")
         self._check_federated_params()
@@ -183,11 +180,11 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
             return make_params(self.weights_init, self.means_init, precisions=self.precisions_init,
                                covariance_type=self.covariance_type)
         try:
-            theta = init_params(fed, model, method=self.init_params, rng=rng)
+            theta = model.init_theta(fed, rng=rng, method=self.init_params)
         except TooFewSummariesError:
             warnings.warn(f"clients are too small to send k-means centroids of >= {SUMMARY_MIN_ROWS} rows; "
                           "falling back to init_params='random' (global moments).", UserWarning)
-            theta = init_params(fed, model, method="random", rng=rng)
+            theta = model.init_theta(fed, rng=rng, method="random")
         if any(u is not None for u in user):
             theta = make_params(
                 theta.weights if self.weights_init is None else self.weights_init,
@@ -206,7 +203,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.means_ = theta.means
         self.covariances_ = theta.covariances
         self.precisions_cholesky_ = theta.precisions_cholesky
-        self.precisions_ = _precisions(theta.precisions_cholesky, self.covariance_type)
+        self.precisions_ = theta.precisions
 
     # ------------------------------------------------------------------ inference
     def _validated(self, X):
@@ -253,11 +250,3 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         """Akaike information criterion on ``X`` (lower is better)."""
         log_norm, _ = estimate_log_prob_resp(self._validated(X), self.theta_)
         return -2 * log_norm.sum() + 2 * self._n_parameters()
-
-
-def _precisions(prec_chol, covariance_type):
-    if covariance_type == "full":
-        return np.einsum("kij,klj->kil", prec_chol, prec_chol)
-    if covariance_type == "tied":
-        return prec_chol @ prec_chol.T
-    return prec_chol ** 2

@@ -1,10 +1,10 @@
 """The in-process run a Flower run must reproduce (for checks, tests and the example).
 
 Same data, same seed, same client sampling: :class:`~fedemstats.algorithms.FedEM`
-on a :class:`~fedemstats.Federation` of the partitions, with θ_0 from
-:func:`fedemstats.models.gmm_init.init_params` (``"random"``) drawn from the same
-generator first — the sequence ``FederatedGaussianMixture(init_params="random")``
-uses. Partition ``partitions[i]`` is client ``i``, as in the Flower strategy.
+on a :class:`~fedemstats.Federation` of the partitions, with θ_0 from the model's
+federated initialisation (``"random"``) drawn from the same generator first — the
+sequence ``FederatedGaussianMixture(init_params="random")`` uses. Partition
+``partitions[i]`` is client ``i``, as in the Flower strategy.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 
 from ..algorithms.fedem import FedEM
 from ..federation import Federation
-from ..models.gmm_init import global_moments, init_params
 
 __all__ = ["reference_run", "max_abs_difference"]
 
@@ -32,10 +31,9 @@ def reference_run(partitions, problem, settings):
     FitResult
     """
     fed = Federation.from_clients(partitions)
-    mean, _ = global_moments(fed)
-    model = problem.build_model(fed.n_features, mean)
+    model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
-    theta0 = init_params(fed, model, method=problem.init, rng=rng)
+    theta0 = model.init_theta(fed, rng=rng, method=problem.init)
     algo = FedEM(model, compressor=settings.compressor, participation=settings.participation,
                  step_size=settings.step_size, alpha=settings.alpha, v_init=settings.v_init)
     return algo.run(fed, theta0, settings.n_rounds, random_state=rng)
