@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.fedem import FedEM
 from ..federation import Federation
 
 __all__ = ["reference_run", "max_abs_difference"]
@@ -34,17 +33,13 @@ def reference_run(partitions, problem, settings):
     model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
     theta0 = model.init_theta(fed, rng=rng, method=problem.init)
-    algo = FedEM(model, compressor=settings.compressor, participation=settings.participation,
-                 step_size=settings.step_size, alpha=settings.alpha, v_init=settings.v_init)
-    return algo.run(fed, theta0, settings.n_rounds, random_state=rng)
+    return settings.algorithm(model).run(fed, theta0, settings.n_rounds, random_state=rng)
 
 
 def max_abs_difference(result: dict, reference) -> dict:
     """Largest absolute differences between a Flower result dict and a reference FitResult."""
     theta = reference.theta
     pairs = {"s_hat": (result["s_hat"], reference.state.s_hat), "v": (result["v"], reference.state.v),
-             "v_clients": (result["v_clients"], reference.state.v_clients),
-             "weights": (result["theta"]["weights"], theta.weights),
-             "means": (result["theta"]["means"], theta.means),
-             "covariances": (result["theta"]["covariances"], theta.covariances)}
+             "v_clients": (result["v_clients"], reference.state.v_clients)}
+    pairs.update({name: (result["theta"][name], getattr(theta, name)) for name in result["theta"]})
     return {k: float(np.max(np.abs(np.asarray(a, dtype=np.float64) - b))) for k, (a, b) in pairs.items()}
