@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_int, check_positive, check_rng
+from .._validation import check_int, check_rng
 from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp
 from ..models.gmm_init import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError
 from ..models.gmm_params import COVARIANCE_TYPES, make_params
-from ._base import FederatedEMMixin
+from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
 
@@ -89,17 +91,31 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Mean log-likelihood at the last round (HT estimate under partial participation).
     history_ : pandas.DataFrame
         Per round: ``round, loglik, h_norm2, uplink_bits, downlink_bits, n_active,
-        step_size, cumulative_bits``.
+        step_size, n_cond_exp, cumulative_bits`` (VR-FedEM adds ``outer``).
     ledger_ : BitLedger
     n_features_in_ : int
     """
+
+    _parameter_constraints: dict = {
+        **FederatedEMMixin._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [StrOptions(set(COVARIANCE_TYPES))],
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "init_params": [StrOptions(set(INIT_METHODS))],
+        "weights_init": ["array-like", None],
+        "means_init": ["array-like", None],
+        "precisions_init": ["array-like", None],
+        "warm_start": ["boolean"],
+    }
 
     def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, reg_covar=1e-6,
                  max_iter=100, n_init=1, init_params="kmeans", weights_init=None, means_init=None,
                  precisions_init=None, warm_start=False, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
-                 batch_size=None, k_in=None, online_power=0.6, online_gamma0=1.0, n_clients=10,
-                 client_weights="samples", track_h=False, random_state=None, verbose=0, verbose_interval=10):
+                 batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
+                 n_clients=10, client_weights="samples", track_h=False, random_state=None, verbose=0,
+                 verbose_interval=10):
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -142,9 +158,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
 
         Returns
         -------
-        self
+        self : FederatedGaussianMixture
+            Fitted.
         """
-        self._check_params()
+        self._check_federated_params()
         warm = self.warm_start and hasattr(self, "means_")
         fed, _, _ = self._federation(X, groups, reset=not warm, min_rows=2)
         if fed.n_rows < self.n_components:
@@ -163,16 +180,6 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         """Fit, then return the component label of each row, shape (n_samples,)."""
         X_flat = np.vstack(X) if isinstance(X, (list, tuple)) and np.ndim(X[0]) == 2 else X
         return self.fit(X, y, groups=groups).predict(X_flat)
-
-    def _check_params(self):
-        check_int(self.n_components, "n_components")
-        if self.covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}.")
-        if self.init_params not in INIT_METHODS:
-            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}.")
-        check_positive(self.reg_covar, "reg_covar", strict=False)
-        check_int(self.n_init, "n_init")
-        self._check_federated_params()
 
     def _initial_theta(self, fed, model, rng):
         user = (self.weights_init, self.means_init, self.precisions_init)
@@ -250,3 +257,4 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         """Akaike information criterion on ``X`` (lower is better)."""
         log_norm, _ = estimate_log_prob_resp(self._validated(X), self.theta_)
         return -2 * log_norm.sum() + 2 * self._n_parameters()
+
