@@ -66,7 +66,7 @@ class FederatedEMMixin:
         "n_clients": [_POSITIVE_INT],
         "client_weights": [StrOptions(set(CLIENT_WEIGHTS)), "array-like"],
         "track_h": ["boolean"],
-        "random_state": ["random_state", np.random.Generator],
+        "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "verbose": ["verbose"],
         "verbose_interval": [_POSITIVE_INT],
     }
