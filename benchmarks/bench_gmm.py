@@ -22,11 +22,9 @@ import numpy as np
 from sklearn.mixture import GaussianMixture
 
 from fedemstats.algorithms import FedEM
-from fedemstats.algorithms._history import History
 from fedemstats.federation import Federation
-from fedemstats.ledger import BitLedger
+from fedemstats.models._summaries import global_moments
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
-from fedemstats.models.gmm_init import global_moments
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_compression import throughput_table  # noqa: E402
@@ -71,12 +69,11 @@ def bench_a(n=1_000_000, d=10, K=5, n_clients=100, reps=3, rng=None):
     t0 = time.perf_counter()
     model.client_stats(Federation(X[:1000], [0, 500, 1000]), theta0)  # numba compile / cache load
     compile_s = time.perf_counter() - t0
-    rng_run, ledger, hist = np.random.default_rng(0), BitLedger(), History()
-    state = algo.init_state(fed, theta0, rng_run, ledger, hist)
+    run = algo.start(fed, theta0, random_state=0)
     ours = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        algo.round(state, fed, rng_run, 1.0, 1.0, ledger, hist)
+        run.step()
         ours.append(time.perf_counter() - t0)
     return {"rows": n, "sklearn_s_per_iter": min(sk), "fedem_s_per_round": min(ours), "compile_s": compile_s,
             "ratio": min(ours) / min(sk)}

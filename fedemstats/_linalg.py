@@ -12,9 +12,11 @@ from scipy import linalg
 from scipy.linalg import lapack
 
 __all__ = [
+    "LOG_2PI",
     "EIG_REL_FLOOR",
     "EIG_ABS_FLOOR",
     "symmetrize",
+    "mirror_upper",
     "logsumexp",
     "eigen_floor",
     "eig_floor_value",
@@ -25,6 +27,8 @@ __all__ = [
     "check_spd",
 ]
 
+#: log(2 pi), the constant of every Gaussian log-density
+LOG_2PI = float(np.log(2.0 * np.pi))
 #: Repaired eigenvalues are at least this fraction of the largest |eigenvalue|, so the
 #: repaired matrix has a condition number <= 1 / EIG_REL_FLOOR and Cholesky succeeds.
 EIG_REL_FLOOR = 1e-10
@@ -36,6 +40,17 @@ EIG_ABS_FLOOR = 1e-12
 def symmetrize(A: np.ndarray) -> np.ndarray:
     """``(A + A^T) / 2`` over the last two axes, shape unchanged (..., d, d)."""
     return 0.5 * (A + np.swapaxes(A, -1, -2))
+
+
+def mirror_upper(S: np.ndarray) -> np.ndarray:
+    """In place: copy the strict upper triangle of (..., d, d) blocks to the lower one.
+
+    Kernels that accumulate only the upper triangle of symmetric second moments call
+    this once at the end. Returns ``S``.
+    """
+    iu, ju = np.triu_indices(S.shape[-1], 1)
+    S[..., ju, iu] = S[..., iu, ju]
+    return S
 
 
 def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:

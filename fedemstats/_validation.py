@@ -16,6 +16,7 @@ __all__ = [
     "check_probability",
     "check_int",
     "client_round_rng",
+    "check_missing_input",
 ]
 
 
@@ -24,14 +25,13 @@ def check_rng(random_state) -> np.random.Generator:
 
     A legacy :class:`numpy.random.RandomState` is converted by drawing a seed from
     it, so scikit-learn style ``random_state`` arguments are accepted everywhere.
+    The same value always gives the same stream (``None`` stays unseeded).
     """
     if isinstance(random_state, np.random.Generator):
         return random_state
-    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
-        return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(np.iinfo(np.int32).max))
-    if isinstance(random_state, np.random.SeedSequence):
+        random_state = random_state.randint(np.iinfo(np.int32).max)
+    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer, np.random.SeedSequence)):
         return np.random.default_rng(random_state)
     raise ValueError(
         f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}."
@@ -107,3 +107,40 @@ def client_round_rng(entropy: int, round_: int, client: int) -> np.random.Genera
     quantisation noise, and clients need no persistent random state.
     """
     return np.random.default_rng(np.random.SeedSequence(int(entropy), spawn_key=(int(round_), int(client))))
+
+
+def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
+    """Reject inputs the missing-value models cannot learn from.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), NaN where missing
+    observed : ndarray of bool of shape (n, d), optional
+        ``~np.isnan(X)`` when not given.
+    fitting : bool, default=True
+        Also reject rows with no observed value.
+
+    Returns
+    -------
+    observed : ndarray of bool of shape (n, d)
+
+    Raises
+    ------
+    ValueError
+        If a column has no observed value, or (when ``fitting``) a row has none:
+        such rows carry no information and are *not* skipped silently.
+    """
+    observed = ~np.isnan(X) if observed is None else observed
+    empty_cols = np.flatnonzero(~observed.any(axis=0))
+    if empty_cols.size:
+        raise ValueError(f"column(s) {empty_cols[:10].tolist()} have no observed value; a model "
+                         "cannot be fitted for them: drop these columns.")
+    if fitting:
+        empty_rows = np.flatnonzero(~observed.any(axis=1))
+        if empty_rows.size:
+            raise ValueError(
+                f"{empty_rows.size} row(s) (e.g. {empty_rows[:5].tolist()}) have no observed value. "
+                "They carry no information about the parameters and are not skipped "
+                "silently: drop them before fit, e.g. X[~np.isnan(X).all(axis=1)] "
+                "(transform imputes such rows with the fitted marginal means).")
+    return observed

@@ -73,7 +73,7 @@ def test_em_with_missing_values_increases_the_likelihood_and_loglik_is_marginal(
     X = fa_data(seed=2)
     fed = Federation(X, [0, 100, X.shape[0]], allow_nan=True)
     model = FactorAnalysisModel(X.shape[1], 2, shift=np.nanmean(X, 0))
-    res = FedEM(model, step_size=1.0, alpha=1.0).run(fed, init_factor(X, 2), 60, random_state=0)
+    res = FedEM(model, step_size=1.0, alpha=1.0).run(fed, init_factor(fed, 2), 60, random_state=0)
     ll = res.history["loglik"].to_numpy()
     assert np.all(np.diff(ll) >= -1e-10) and ll[-1] > ll[0] + 1e-3
     from scipy.stats import multivariate_normal
@@ -141,7 +141,7 @@ def test_standardising_scale_does_not_change_the_em_step():
     X = fa_data(seed=5)
     X[:, 0] *= 1e-3
     fed = Federation(X, [0, 150, X.shape[0]], allow_nan=True)
-    theta = init_factor(X, 2)
+    theta = init_factor(fed, 2)
     plain = FactorAnalysisModel(X.shape[1], 2, shift=np.nanmean(X, 0))
     scaled = FactorAnalysisModel(X.shape[1], 2, shift=np.nanmean(X, 0), scale=np.nanstd(X, 0))
     (sa, la), (sb, lb) = plain.client_stats(fed, theta), scaled.client_stats(fed, theta)

@@ -49,14 +49,11 @@ def test_server_memory_equals_weighted_client_memories_every_round():
     fed = heterogeneous_federation()
     model = GaussianMeanModel(3)
     algo = FedEM(model, compressor=RandomSign(), participation=BernoulliParticipation(0.4), step_size=0.2)
-    from fedemstats.algorithms._history import History
-    from fedemstats.ledger import BitLedger
-    rng = np.random.default_rng(3)
-    ledger, hist = BitLedger(), History()
-    state = algo.init_state(fed, np.zeros(3), rng, ledger, hist)
+    run = algo.start(fed, np.zeros(3), random_state=3)
+    assert run.alpha == 0.5  # 1 / (1 + omega), omega = 1
     for k in range(1, 30):
-        algo.round(state, fed, rng, 0.2, 0.5, ledger, hist)
-        np.testing.assert_allclose(state.v, fed.weights @ state.v_clients, atol=1e-12)
+        assert run.step()["round"] == k
+        np.testing.assert_allclose(run.state.v, fed.weights @ run.state.v_clients, atol=1e-12)
 
 
 def test_mean_field_memories_make_compressed_fedem_exact_on_a_fixed_point_model():

@@ -133,7 +133,7 @@ def test_bad_input():
     for model in ("gmm", "poisson"):
         with pytest.raises(ValueError, match="n_components=20 must be <= n_samples=10"):
             FederatedImputer(model, n_components=20).fit(counts[:10])
-    with pytest.raises(ValueError, match="model must be one of"):
+    with pytest.raises(ValueError, match="'model' parameter of FederatedImputer must be a str among"):
         FederatedImputer("kmeans").fit(Xm)
 
 

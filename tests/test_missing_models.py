@@ -7,7 +7,7 @@ from scipy.stats import multivariate_normal
 
 from fedemstats.algorithms import FedEM
 from fedemstats.federation import Federation
-from fedemstats.models import _missing_kernels
+from fedemstats.models import _patterns
 from fedemstats.models.gaussian_missing import GaussianMissingModel, GaussianParams, init_gaussian
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
 from fedemstats.models.gmm_missing import GaussianMixtureMissingModel
@@ -79,7 +79,7 @@ def test_federated_em_equals_pooled_em_gaussian_missing():
     fed = federation(X, n_clients=5)
     reg, n_rounds = 1e-6, 25
     model = GaussianMissingModel(D, reg_covar=reg, shift=np.nanmean(X, axis=0))
-    theta0 = init_gaussian(X, reg)
+    theta0 = init_gaussian(fed, reg)
     result = FedEM(model, step_size=1.0, alpha=1.0).run(fed, theta0, n_rounds, random_state=0)
     # round 0 is one E+M step, so n_rounds rounds are n_rounds + 1 EM iterations
     mean, cov = pooled_gaussian_em(X, theta0.mean, theta0.covariance, n_rounds + 1, reg)
@@ -94,7 +94,7 @@ def test_standardising_scale_does_not_change_the_em_step():
     X, mean, cov = gaussian_data(seed=10, n=150)
     X[:, 2] *= 1e3
     fed = federation(X)
-    theta = init_gaussian(X)
+    theta = init_gaussian(fed)
     plain = GaussianMissingModel(D, shift=np.nanmean(X, 0))
     scaled = GaussianMissingModel(D, shift=np.nanmean(X, 0), scale=np.nanstd(X, 0))
     (sa, la), (sb, lb) = plain.client_stats(fed, theta), scaled.client_stats(fed, theta)
@@ -149,7 +149,7 @@ def test_chunking_does_not_change_the_statistics(monkeypatch):
     model = GaussianMissingModel(D, shift=np.nanmean(X, 0))
     theta = GaussianParams(mean, cov)
     full, ll = model.client_stats(fed, theta)
-    monkeypatch.setattr(_missing_kernels, "CHUNK_FLOATS", 7 * D * D)  # 7-row chunks cut clients
+    monkeypatch.setattr(_patterns, "CHUNK_FLOATS", 7 * D * D)  # 7-row chunks cut clients
     small, ll_small = model.client_stats(fed, theta)
     np.testing.assert_allclose(small, full, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(ll_small, ll, rtol=1e-12)

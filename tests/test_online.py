@@ -73,8 +73,7 @@ def test_stochastic_fedem_uses_mini_batches_and_mean_field_memories():
 # ---------------------------------------------------------------------- estimators
 @pytest.fixture
 def registered():
-    import fedemstats.algorithms.registry_ext  # noqa: F401  (registers the algorithms)
-    from fedemstats.estimators._base import ALGORITHMS
+    from fedemstats.estimators._algorithms import ALGORITHMS
     return ALGORITHMS
 
 
@@ -95,11 +94,10 @@ def test_estimator_reads_k_in_and_online_parameters(registered):
     model, fed, _ = problem(rows=80)
     groups = np.repeat(np.arange(fed.n_clients), fed.sizes)
     est = FederatedGaussianMixture(3, algorithm="vr-fedem", step_size=0.5, batch_size=10, max_iter=9,
-                                   random_state=0)
-    est.k_in = 4  # read with getattr until the estimator declares it
+                                   k_in=4, random_state=0)
     assert list(est.fit(fed.X, groups=groups).history_["outer"].iloc[1:]) == [1] * 4 + [2] * 4
-    online = FederatedGaussianMixture(3, algorithm="online", batch_size=10, max_iter=5, random_state=0)
-    online.online_power = 1.0
+    online = FederatedGaussianMixture(3, algorithm="online", batch_size=10, max_iter=5, online_power=1.0,
+                                      random_state=0)
     steps = online.fit(fed.X, groups=groups).history_["step_size"].iloc[1:]
     np.testing.assert_allclose(steps, 1.0 / np.arange(1, 5))
 

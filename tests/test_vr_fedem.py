@@ -4,10 +4,8 @@ import pytest
 from _toy_models import GaussianMeanModel
 
 from fedemstats.algorithms import FedEM, VRFedEM
-from fedemstats.algorithms._history import History
 from fedemstats.compression import make_compressor
 from fedemstats.federation import Federation
-from fedemstats.ledger import BitLedger
 from fedemstats.models import GaussianMixtureModel, make_params
 
 
@@ -36,13 +34,11 @@ def exact_em_path(model, fed, theta0, gamma, n_rounds):
 def test_one_worker_identity_full_batch_is_exact_em_with_step_gamma(gamma):
     model, fed, theta0 = gmm_federation(n_clients=1, rows=150)
     vr = VRFedEM(model, step_size=gamma, batch_size=150, k_in=4)
-    rng = np.random.default_rng(0)
-    ledger, hist = BitLedger(), History()
-    state = vr.init_state(fed, theta0, rng, ledger, hist)
+    run = vr.start(fed, theta0, random_state=0)
     expected = exact_em_path(model, fed, theta0, gamma, 11)
     for k in range(1, 12):
-        vr.round(state, fed, rng, gamma, vr.resolved_alpha(), ledger, hist)
-        np.testing.assert_allclose(state.s_hat, expected[k], rtol=1e-10, atol=1e-12)
+        assert run.step()["step_size"] == gamma
+        np.testing.assert_allclose(run.state.s_hat, expected[k], rtol=1e-10, atol=1e-12)
 
 
 def test_several_workers_identity_full_batch_is_exact_em():
@@ -54,34 +50,30 @@ def test_several_workers_identity_full_batch_is_exact_em():
 def test_local_statistic_is_the_full_local_mean_at_the_start_of_every_outer_loop():
     model, fed, theta0 = gmm_federation()
     vr = VRFedEM(model, compressor="dither:s=4", step_size=0.3, batch_size=7, k_in=5)
-    rng = np.random.default_rng(1)
-    ledger, hist = BitLedger(), History()
-    state = vr.init_state(fed, theta0, rng, ledger, hist)
+    run = vr.start(fed, theta0, random_state=1)
+    state = run.state
     checked = 0
     for _ in range(22):
         if state.extra["inner"] in (0, state.extra["k_in"]):
             # the round about to run starts an outer loop: S_{t,0,i} is used as is (k = 0)
-            vr.round(state, fed, rng, 0.3, vr.resolved_alpha(), ledger, hist)
+            run.step()
             start = state.extra["s_prev"]  # Ŝ_{t,0}
             full, _ = model.client_stats(fed, model.t_map(start))
             np.testing.assert_allclose(state.extra["s_local"], full, rtol=1e-12, atol=1e-12)
             checked += 1
         else:
-            vr.round(state, fed, rng, 0.3, vr.resolved_alpha(), ledger, hist)
+            run.step()
     assert checked == 5  # t = 1 (init) and the refreshes at rounds 6, 11, 16, 21
 
 
 def test_mini_batch_local_statistics_drift_from_the_full_mean_inside_a_loop():
     """Sanity of the test above: inside an outer loop S_{t,k,i} is a mini-batch estimate."""
     model, fed, theta0 = gmm_federation()
-    vr = VRFedEM(model, step_size=0.3, batch_size=5, k_in=10)
-    rng = np.random.default_rng(2)
-    ledger, hist = BitLedger(), History()
-    state = vr.init_state(fed, theta0, rng, ledger, hist)
+    run = VRFedEM(model, step_size=0.3, batch_size=5, k_in=10).start(fed, theta0, random_state=2)
     for _ in range(4):
-        vr.round(state, fed, rng, 0.3, vr.resolved_alpha(), ledger, hist)
-    full, _ = model.client_stats(fed, model.t_map(state.extra["s_prev"]))
-    assert np.abs(state.extra["s_local"] - full).max() > 1e-6
+        run.step()
+    full, _ = model.client_stats(fed, model.t_map(run.state.extra["s_prev"]))
+    assert np.abs(run.state.extra["s_local"] - full).max() > 1e-6
 
 
 def test_server_memory_is_the_weighted_client_memories_and_bits_are_counted():

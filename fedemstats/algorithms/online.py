@@ -16,8 +16,8 @@ is repeated here.
 from __future__ import annotations
 
 from .._validation import check_int, check_positive
-from .base import StepSize
 from .fedem import FedEM
+from .step_size import StepSize
 
 __all__ = ["online_em", "stochastic_fedem", "naive_compressed_em", "ONLINE_POWER_RANGE",
            "DEFAULT_ONLINE_POWER"]

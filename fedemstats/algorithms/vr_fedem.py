@@ -15,21 +15,18 @@ is local (S_{t,0,i} never leaves the worker) and costs no bits.
 """
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
 
-from .._validation import check_int, check_rng, client_round_rng
-from ..ledger import FLOAT64_BITS, BitLedger
-from ..participation import FullParticipation, make_participation
-from ._history import History
-from .base import FitResult, drive_rounds
-from .fedem import FedEM, client_update, server_update
+from .._validation import check_int, client_round_rng
+from ..ledger import FLOAT64_BITS
+from ..participation import FullParticipation
+from .base import Algorithm
+from .fedem import client_update, server_update
+from .step_size import vr_fedem_batch_size
 
-__all__ = ["VRFedEM", "theorem3_batch_size", "default_k_in"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["VRFedEM", "default_k_in", "FULL_BATCH"]
 
 #: ``batch_size`` value asking every worker to use all its rows (b = m_i)
 FULL_BATCH = "full"
@@ -40,12 +37,7 @@ def default_k_in(sizes) -> int:
     return max(1, math.ceil(math.sqrt(float(np.mean(sizes)))))
 
 
-def theorem3_batch_size(k_in: int, omega: float) -> int:
-    """Theorem 3's mini-batch size b = ⌈k_in / (1 + ω)²⌉ (paper 003, Theorem 3)."""
-    return max(1, math.ceil(check_int(k_in, "k_in") / (1.0 + float(omega)) ** 2))
-
-
-class VRFedEM:
+class VRFedEM(Algorithm):
     """Variance-reduced federated EM with compression (full participation).
 
     Parameters
@@ -72,7 +64,9 @@ class VRFedEM:
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
                  alpha=None, batch_size=None, k_in=None, track_h=False):
-        if not isinstance(make_participation(participation), FullParticipation):
+        # the mean-field initialisation is Theorem 3's V_{1,0,i} = h_i(S_init): Algorithm's default v_init
+        super().__init__(model, compressor, participation, step_size, alpha, track_h)
+        if not isinstance(self.participation, FullParticipation):
             raise ValueError(
                 "VR-FedEM (paper 003, Algorithm 2) is defined for full participation only: its "
                 "control variates need every worker at every inner step. Use participation=1.0, "
@@ -81,23 +75,8 @@ class VRFedEM:
         if batch_size is not None and batch_size != FULL_BATCH:
             batch_size = check_int(batch_size, "batch_size")
         self.batch_size = batch_size
-        # FedEM supplies ω, α, the step-size schedule, the mean-field initialisation
-        # (V_{1,0,i} = h_i(S_init), Theorem 3) and the ||h||² diagnostic.
-        self._fedem = FedEM(model, compressor=compressor, participation=1.0, step_size=step_size,
-                            alpha=alpha, v_init="mean-field", batch_size=None, track_h=track_h)
-        self.model, self.compressor = model, self._fedem.compressor
 
     # ------------------------------------------------------------------ setup
-    @property
-    def track_h(self) -> bool:
-        return self._fedem.track_h
-
-    def omega(self) -> float:
-        return self._fedem.omega()
-
-    def resolved_alpha(self) -> float:
-        return self._fedem.resolved_alpha()
-
     def resolved_sizes(self, federation):
         """``(k_in, b)`` for this federation; ``b`` is None for full local passes.
 
@@ -111,7 +90,7 @@ class VRFedEM:
         if self.batch_size == FULL_BATCH:
             return k_in, None
         if self.batch_size is None:
-            return k_in, min(theorem3_batch_size(k_in, self.omega()), m_min)
+            return k_in, min(vr_fedem_batch_size(k_in, self.omega()), m_min)
         if self.batch_size > m_min:
             small = int(np.argmin(federation.sizes))
             raise ValueError(
@@ -123,12 +102,16 @@ class VRFedEM:
     def init_state(self, federation, theta0, rng, ledger, history):
         """Algorithm 2, lines 1-3: Ŝ_{1,0} = Ŝ_{1,-1} = S_init, V_{1,0,i} = h_i(S_init),
         S_{1,0,i} = the exact local mean at T(S_init)."""
-        state = self._fedem.init_state(federation, theta0, rng, ledger, history)
+        state = super().init_state(federation, theta0, rng, ledger, history)
         k_in, batch = self.resolved_sizes(federation)
         state.extra = {"s_local": state.extra.pop("mean_field_stats"), "s_prev": state.s_hat.copy(),
                        "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
                        "loglik": state.extra.pop("mean_field_loglik")}
         return state
+
+    def exact_loglik(self, state, federation) -> bool:
+        """Exact only with ``batch_size="full"`` (else a mini-batch estimate)."""
+        return state.extra["batch"] is None
 
     # ------------------------------------------------------------------ one round
     def start_outer_loop(self, state, federation) -> int:
@@ -172,38 +155,5 @@ class VRFedEM:
         ledger.record(state.round, uplink, downlink, n)
         history.append(round=state.round, loglik=ex["loglik"], uplink_bits=uplink, downlink_bits=downlink,
                        n_active=n, step_size=gamma, n_cond_exp=n_cond_exp, outer=ex["outer"],
-                       h_norm2=self._fedem._h_norm2(federation, state.s_hat) if self.track_h else np.nan)
+                       h_norm2=self.h_norm2(federation, state.s_hat))
         return state
-
-    # ------------------------------------------------------------------ driver
-    def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None):
-        """Initialise and run ``n_rounds`` inner iterations (``k_out = ceil(n_rounds / k_in)``).
-
-        Parameters
-        ----------
-        federation : Federation
-        theta0 : parameters
-        n_rounds : int
-            Communication rounds (inner iterations) after round 0.
-        random_state : None, int or Generator
-        tol : float, optional
-            Stop when the mean log-likelihood changes by less than ``tol``; only used
-            with ``batch_size="full"`` (otherwise the log-likelihood is a mini-batch estimate).
-        progress : callable, optional
-            ``progress(round, history_row)`` after each round.
-
-        Returns
-        -------
-        FitResult
-            ``history`` has the extra column ``outer`` (the outer-loop index t).
-        """
-        rng = check_rng(random_state)
-        n_rounds = check_int(n_rounds, "n_rounds", minimum=0)
-        ledger, history = BitLedger(), History()
-        state = self.init_state(federation, theta0, rng, ledger, history)
-        schedule, alpha = self._fedem.schedule(federation), self.resolved_alpha()
-        converged = drive_rounds(self, state, federation, rng, n_rounds, schedule=schedule, alpha=alpha,
-                                 ledger=ledger, history=history, tol=tol,
-                                 exact_ll=state.extra["batch"] is None, progress=progress)
-        logger.debug("VR-FedEM finished after %d rounds, %d outer loops", state.round, state.extra["outer"])
-        return FitResult(self.model.t_map(state.s_hat), state, history.to_frame(), ledger, converged)

@@ -1,63 +1,75 @@
-"""What every federated EM estimator shares: input -> Federation, hyper-parameter
-checks, the algorithm run with progress reporting, and the fitted history.
+"""What every federated EM estimator shares: input -> Federation, the hyper-parameters
+of the federated algorithms and their validation, the algorithm run with progress
+reporting, and the fitted history.
 
 Subclasses (mixture, decomposition, impute) build a model and its initial
-parameters; this base runs the algorithm the user chose (SPEC §7).
+parameters; this base runs the algorithm the user chose (SPEC §7). Parameters are
+validated as scikit-learn's own estimators do (``sklearn/mixture/_base.py``): the
+shared :attr:`FederatedEMMixin._parameter_constraints` are merged into each
+estimator's, checked by ``self._validate_params()`` at the start of ``fit``; the
+compressor and participation specs are then parsed by their own builders, whose
+errors name the parameter.
 """
 from __future__ import annotations
 
 import logging
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import validate_data
 
-from .._validation import check_int, check_positive
-from ..algorithms import FedEM
-from ..compression import make_compressor
+from .._validation import check_rng
+from ..algorithms.base import V_INIT_CHOICES
+from ..algorithms.online import DEFAULT_ONLINE_POWER, ONLINE_POWER_RANGE
+from ..algorithms.vr_fedem import FULL_BATCH
+from ..compression import Compressor, make_compressor
 from ..federation import MIN_CLIENT_ROWS, Federation, partition_iid
-from ..participation import FullParticipation, make_participation
+from ..participation import Participation, make_participation
+from ._algorithms import ALGORITHMS
 
-__all__ = ["FederatedEMMixin", "ALGORITHMS", "register_algorithm"]
+__all__ = ["FederatedEMMixin", "ALGORITHMS", "DEFAULT_ONLINE_POWER"]
 
 logger = logging.getLogger("fedemstats")
 
-
-def _fedem(est, model):
-    return FedEM(model, compressor=est.compressor, participation=est.participation,
-                 step_size=est.step_size, alpha=est.alpha, v_init=est.v_init,
-                 batch_size=est.batch_size, track_h=est.track_h)
-
-
-def _exact_em(est, model):
-    """Classical EM spread over clients: identity, everyone, γ = 1 (SPEC §3 identity)."""
-    if make_compressor(est.compressor).omega(model.q) != 0.0 or not isinstance(
-            make_participation(est.participation), FullParticipation):
-        raise ValueError("algorithm='em' is exact EM: use compressor='identity' and participation=1.0, "
-                         "or algorithm='fedem' for compressed / partial runs.")
-    return FedEM(model, compressor=est.compressor, participation=1.0, step_size=1.0, alpha=1.0,
-                 v_init="zero", batch_size=None, track_h=est.track_h)
-
-
-#: algorithm name -> factory(estimator, model) returning an object with ``run(...)``
-ALGORITHMS = {"fedem": _fedem, "em": _exact_em}
-
-
-def register_algorithm(name, factory):
-    """Make ``algorithm=name`` available to every estimator."""
-    ALGORITHMS[name] = factory
+#: how ``client_weights`` may be given as a string (else an array of n_clients weights)
+CLIENT_WEIGHTS = ("samples", "uniform")
+_POSITIVE_INT = Interval(Integral, 1, None, closed="left")
 
 
 class FederatedEMMixin:
     """Shared machinery of the federated EM estimators (not a public class).
 
-    Subclasses must define the federated hyper-parameters as ``__init__``
-    arguments with these names: ``algorithm, compressor, participation,
-    step_size, alpha, v_init, batch_size, max_iter, tol, n_clients,
-    client_weights, track_h, random_state, verbose``.
+    Subclasses declare these federated hyper-parameters as ``__init__`` arguments:
+    ``algorithm, compressor, participation, step_size, alpha, v_init, batch_size,
+    k_in, online_power, online_gamma0, max_iter, tol, n_clients, client_weights,
+    track_h, random_state, verbose, verbose_interval``, and merge
+    :attr:`_parameter_constraints` into their own.
     """
 
     _allow_nan = False
+
+    _parameter_constraints: dict = {
+        "algorithm": [StrOptions(set(ALGORITHMS))],
+        "compressor": [str, Compressor, None],
+        "participation": [Interval(RealNotInt, 0, 1, closed="right"), _POSITIVE_INT, StrOptions({"full"}),
+                          Participation, None],
+        "step_size": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}), callable],
+        "alpha": [Interval(Real, 0, None, closed="left"), None],
+        "v_init": [StrOptions(set(V_INIT_CHOICES))],
+        "batch_size": [_POSITIVE_INT, StrOptions({FULL_BATCH}), None],
+        "k_in": [_POSITIVE_INT, None],
+        "online_power": [Interval(Real, *ONLINE_POWER_RANGE, closed="right")],
+        "online_gamma0": [Interval(Real, 0, 1, closed="right")],
+        "max_iter": [_POSITIVE_INT],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_clients": [_POSITIVE_INT],
+        "client_weights": [StrOptions(set(CLIENT_WEIGHTS)), "array-like"],
+        "track_h": ["boolean"],
+        "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
+        "verbose": ["verbose"],
+        "verbose_interval": [_POSITIVE_INT],
+    }
 
     # ------------------------------------------------------------------ input
     def _federation(self, X, groups, *, reset=True, min_rows=1):
@@ -84,10 +96,9 @@ class FederatedEMMixin:
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=ensure,
                           ensure_min_samples=min_rows)
         if groups is None:
-            n_clients = check_int(self.n_clients, "n_clients")
-            rng = np.random.default_rng(_seed_of(self.random_state))
-            n_clients = min(n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
-            groups = partition_iid(X.shape[0], n_clients, rng)
+            n_clients = min(self.n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
+            # a fresh stream from random_state: refits with an int seed split the rows alike
+            groups = partition_iid(X.shape[0], n_clients, check_rng(self.random_state))
         elif np.shape(groups) != (X.shape[0],):
             raise ValueError(f"groups must have one label per row of X: expected shape ({X.shape[0]},), "
                              f"got {np.shape(groups)}.")
@@ -103,20 +114,10 @@ class FederatedEMMixin:
         return fed, X, order
 
     def _check_federated_params(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}; got {self.algorithm!r}.")
+        """scikit-learn's parameter validation, then the specs only their builders can parse."""
+        self._validate_params()
         make_compressor(self.compressor)
         make_participation(self.participation)
-        if not (isinstance(self.step_size, str) or callable(self.step_size)):
-            check_positive(self.step_size, "step_size")
-        elif isinstance(self.step_size, str) and self.step_size != "auto":
-            raise ValueError(f"step_size must be a positive float, 'auto' or a callable; got {self.step_size!r}.")
-        if self.alpha is not None:
-            check_positive(self.alpha, "alpha", strict=False)
-        if self.batch_size is not None:
-            check_int(self.batch_size, "batch_size")
-        check_int(self.max_iter, "max_iter")
-        check_positive(self.tol, "tol", strict=False)
 
     # ------------------------------------------------------------------ run
     def _run_algorithm(self, model, federation, theta0, rng):
@@ -128,13 +129,12 @@ class FederatedEMMixin:
         """
         algo = ALGORITHMS[self.algorithm](self, model)
         bar = _progress_bar(self.verbose, self.max_iter - 1, type(self).__name__)
-        interval = getattr(self, "verbose_interval", 10)
 
         def progress(k, row):
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loglik=f"{row['loglik']:.4g}", refresh=False)
-            if self.verbose >= 2 and k % interval == 0:
+            if self.verbose >= 2 and k % self.verbose_interval == 0:
                 logger.info("round %d: loglik=%.6g uplink=%d bits", k, row["loglik"], row["uplink_bits"])
 
         try:
@@ -163,22 +163,8 @@ class FederatedEMMixin:
         self.lower_bound_ = float(result.history["loglik"].iloc[-1])
 
 
-def _seed_of(random_state):
-    """An int seed for the iid client split, stable across refits (None -> 0 is
-    *not* used: None stays None so unseeded fits stay random)."""
-    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return random_state.randint(np.iinfo(np.int32).max)
-    return random_state
-
-
 def _progress_bar(verbose, total, desc):
     if not verbose:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # optional: only verbose fits need it
     return tqdm(total=total, desc=desc, leave=False)
-
-
-# Registers "vr-fedem" and "online"; imported last because it needs ALGORITHMS above.
-from ..algorithms import registry_ext as _registry_ext  # noqa: E402,F401

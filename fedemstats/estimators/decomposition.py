@@ -2,14 +2,16 @@
 that may hold missing values."""
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_int, check_rng
-from ..models._missing_kernels import check_missing_input, nan_moments, public_scale
+from .._validation import check_missing_input, check_rng
 from ..models.factor import FactorAnalysisModel, FactorParams, factor_log_likelihood, factor_transform
-from ._base import FederatedEMMixin
+from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedFactorAnalysis", "ortho_rotation", "ROTATIONS"]
 
@@ -74,8 +76,8 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
         Initial noise variances; default the global variances (from client sums).
     rotation : {"varimax", "quartimax"}, optional
         Orthogonal rotation applied to the fitted loadings.
-    algorithm, compressor, participation, step_size, alpha, v_init, batch_size, \
-n_clients, client_weights, track_h, random_state, verbose, verbose_interval
+    algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
+online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.
 
     Attributes
@@ -95,10 +97,18 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
     """
 
     _allow_nan = True
+    _parameter_constraints: dict = {
+        **FederatedEMMixin._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "copy": ["boolean"],
+        "noise_variance_init": ["array-like", None],
+        "rotation": [StrOptions(set(ROTATIONS)), None],
+    }
 
     def __init__(self, n_components=None, *, tol=1e-5, copy=True, max_iter=1000, noise_variance_init=None,
                  rotation=None, algorithm="fedem", compressor="identity", participation=1.0,
-                 step_size="auto", alpha=None, v_init="mean-field", batch_size=None, n_clients=10,
+                 step_size="auto", alpha=None, v_init="mean-field", batch_size=None, k_in=None,
+                 online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
                  client_weights="samples", track_h=False, random_state=0, verbose=0,
                  verbose_interval=10):
         self.n_components = n_components
@@ -114,6 +124,9 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         self.alpha = alpha
         self.v_init = v_init
         self.batch_size = batch_size
+        self.k_in = k_in
+        self.online_power = online_power
+        self.online_gamma0 = online_gamma0
         self.n_clients = n_clients
         self.client_weights = client_weights
         self.track_h = track_h
@@ -141,17 +154,15 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
 
         Returns
         -------
-        self
+        self : FederatedFactorAnalysis
+            Fitted.
         """
         self._check_federated_params()
-        if self.rotation is not None and self.rotation not in ROTATIONS:
-            raise ValueError(f"rotation must be None or one of {ROTATIONS}; got {self.rotation!r}.")
         fed, _, _ = self._federation(X, groups, min_rows=2)
         check_missing_input(fed.X)
         k = self._n_factors(fed)
         psi0 = self._noise_init(fed.n_features)
-        mean, cov = nan_moments(fed.X)  # round 1: sums from the clients, public afterwards
-        model = FactorAnalysisModel(fed.n_features, k, shift=mean, scale=public_scale(cov))
+        model = FactorAnalysisModel.from_federation(fed, n_factors=k)
         theta0 = model.init_theta(fed, noise_variance_init=psi0)
         result = self._run_algorithm(model, fed, theta0, check_rng(self.random_state))
         self._store_run(result)
@@ -168,7 +179,7 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
 
     def _n_factors(self, fed):
         d = fed.n_features
-        k = d if self.n_components is None else check_int(self.n_components, "n_components")
+        k = d if self.n_components is None else self.n_components
         if k > d:
             raise ValueError(f"n_components={k} must be <= n_features={d}.")
         if k > fed.n_rows:

@@ -2,28 +2,31 @@
 fitted by federated EM (Gaussian, Gaussian mixture or Poisson mixture)."""
 from __future__ import annotations
 
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.impute import MissingIndicator
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
-from .._validation import check_int, check_positive, check_rng
-from ..models._missing_kernels import check_missing_input, nan_moments, public_scale
+from .._validation import check_missing_input, check_rng
 from ..models.gaussian_missing import GaussianMissingModel
+from ..models.gmm_init import INIT_METHODS
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel
 from ..models.poisson_mixture import PoissonMixtureModel, check_counts
-from ._base import FederatedEMMixin
+from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedImputer", "IMPUTER_MODELS"]
 
-IMPUTER_MODELS = ("gaussian", "gmm", "poisson")
-INIT_PARAMS = ("kmeans", "random")
+#: ``model=`` name -> model class
+MODEL_CLASSES = {"gaussian": GaussianMissingModel, "gmm": GaussianMixtureMissingModel,
+                 "poisson": PoissonMixtureModel}
+IMPUTER_MODELS = tuple(MODEL_CLASSES)
 
 
 def _is_nan_marker(value):
-    return isinstance(value, numbers.Real) and np.isnan(value)
+    return isinstance(value, Real) and np.isnan(value)
 
 
 class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
@@ -63,8 +66,8 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
         Maximum number of M-steps.
     tol : float, default=1e-4
         Stop when the mean log-likelihood per row gains less than ``tol`` (exact runs only).
-    algorithm, compressor, participation, step_size, alpha, v_init, batch_size, \
-n_clients, client_weights, track_h, random_state, verbose, verbose_interval
+    algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
+online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.
 
     Attributes
@@ -83,13 +86,25 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
     """
 
     _allow_nan = True
+    _parameter_constraints: dict = {
+        **FederatedEMMixin._parameter_constraints,
+        "model": [StrOptions(set(IMPUTER_MODELS))],
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [StrOptions(set(MISSING_COVARIANCE_TYPES))],
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "missing_values": [Real],
+        "add_indicator": ["boolean"],
+        "sample_posterior": ["boolean"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "init_params": [StrOptions(set(INIT_METHODS))],
+    }
 
     def __init__(self, model="gaussian", *, n_components=3, covariance_type="full", reg_covar=1e-6,
                  missing_values=np.nan, add_indicator=False, sample_posterior=False, n_init=1,
                  init_params="kmeans", max_iter=100, tol=1e-4, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field", batch_size=None,
-                 n_clients=10, client_weights="samples", track_h=False, random_state=None, verbose=0,
-                 verbose_interval=10):
+                 k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
+                 client_weights="samples", track_h=False, random_state=None, verbose=0, verbose_interval=10):
         self.model = model
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -108,6 +123,9 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         self.alpha = alpha
         self.v_init = v_init
         self.batch_size = batch_size
+        self.k_in = k_in
+        self.online_power = online_power
+        self.online_gamma0 = online_gamma0
         self.n_clients = n_clients
         self.client_weights = client_weights
         self.track_h = track_h
@@ -128,21 +146,6 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         return tags
 
     # ------------------------------------------------------------------ fit
-    def _check_params(self):
-        if self.model not in IMPUTER_MODELS:
-            raise ValueError(f"model must be one of {IMPUTER_MODELS}; got {self.model!r}.")
-        check_int(self.n_components, "n_components")
-        if self.covariance_type not in MISSING_COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {MISSING_COVARIANCE_TYPES}; "
-                             f"got {self.covariance_type!r}.")
-        if self.init_params not in INIT_PARAMS:
-            raise ValueError(f"init_params must be one of {INIT_PARAMS}; got {self.init_params!r}.")
-        check_positive(self.reg_covar, "reg_covar", strict=False)
-        check_int(self.n_init, "n_init")
-        if not isinstance(self.missing_values, (numbers.Real, type(None))) or self.missing_values is None:
-            raise ValueError(f"missing_values must be a number or np.nan; got {self.missing_values!r}.")
-        self._check_federated_params()
-
     def _to_nan(self, X):
         """Replace the ``missing_values`` placeholder by NaN (pandas columns kept)."""
         if _is_nan_marker(self.missing_values):
@@ -169,18 +172,19 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
 
         Returns
         -------
-        self
+        self : FederatedImputer
+            Fitted.
         """
-        self._check_params()
+        self._check_federated_params()
         fed, X_flat, _ = self._federation(self._to_nan(X), groups, min_rows=2)
-        observed = check_missing_input(fed.X)
+        check_missing_input(fed.X)
         K = 1 if self.model == "gaussian" else self.n_components
         if K > fed.n_rows:
             raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
         if self.model == "poisson":
             check_counts(fed.X)
         rng = check_rng(self.random_state)
-        model = self._make_model(fed, observed)
+        model = self._make_model(fed)
         if self.model == "gaussian":
             n_init, initial_theta = 1, lambda: model.init_theta(fed, rng=rng)
         else:
@@ -191,15 +195,13 @@ n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         self.indicator_ = MissingIndicator(error_on_new=False).fit(X_flat) if self.add_indicator else None
         return self
 
-    def _make_model(self, fed, observed):
-        d = fed.n_features
-        if self.model == "poisson":
-            return PoissonMixtureModel(self.n_components, d)
-        shift, cov = nan_moments(fed.X, observed)  # round 1: client sums, public afterwards
-        if self.model == "gaussian":
-            return GaussianMissingModel(d, self.reg_covar, shift=shift, scale=public_scale(cov))
-        return GaussianMixtureMissingModel(self.n_components, d, self.covariance_type, self.reg_covar,
-                                           shift=shift)
+    def _make_model(self, fed):
+        """The chosen model with its public shift / scale from round-1 client summaries."""
+        hyper = {"poisson": {"n_components": self.n_components},
+                 "gaussian": {"reg_covar": self.reg_covar},
+                 "gmm": {"n_components": self.n_components, "covariance_type": self.covariance_type,
+                         "reg_covar": self.reg_covar}}[self.model]
+        return MODEL_CLASSES[self.model].from_federation(fed, **hyper)
 
     # ------------------------------------------------------------------ transform
     def transform(self, X):

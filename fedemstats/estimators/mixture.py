@@ -2,20 +2,20 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_int, check_positive, check_rng
-from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp, make_params
-from ..models.gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, global_moments, init_params
-from ._base import FederatedEMMixin
+from .._validation import check_int, check_rng
+from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp
+from ..models.gmm_init import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError
+from ..models.gmm_params import COVARIANCE_TYPES, make_params
+from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
-
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
-INIT_PARAMS = ("kmeans", "random")
 
 
 class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
@@ -91,17 +91,31 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Mean log-likelihood at the last round (HT estimate under partial participation).
     history_ : pandas.DataFrame
         Per round: ``round, loglik, h_norm2, uplink_bits, downlink_bits, n_active,
-        step_size, cumulative_bits``.
+        step_size, n_cond_exp, cumulative_bits`` (VR-FedEM adds ``outer``).
     ledger_ : BitLedger
     n_features_in_ : int
     """
+
+    _parameter_constraints: dict = {
+        **FederatedEMMixin._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [StrOptions(set(COVARIANCE_TYPES))],
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "init_params": [StrOptions(set(INIT_METHODS))],
+        "weights_init": ["array-like", None],
+        "means_init": ["array-like", None],
+        "precisions_init": ["array-like", None],
+        "warm_start": ["boolean"],
+    }
 
     def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, reg_covar=1e-6,
                  max_iter=100, n_init=1, init_params="kmeans", weights_init=None, means_init=None,
                  precisions_init=None, warm_start=False, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
-                 batch_size=None, k_in=None, online_power=0.6, online_gamma0=1.0, n_clients=10,
-                 client_weights="samples", track_h=False, random_state=None, verbose=0, verbose_interval=10):
+                 batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
+                 n_clients=10, client_weights="samples", track_h=False, random_state=None, verbose=0,
+                 verbose_interval=10):
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -144,18 +158,18 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
 
         Returns
         -------
-        self
+        self : FederatedGaussianMixture
+            Fitted.
         """
-        self._check_params()
+        self._check_federated_params()
         warm = self.warm_start and hasattr(self, "means_")
         fed, _, _ = self._federation(X, groups, reset=not warm, min_rows=2)
         if fed.n_rows < self.n_components:
             raise ValueError(f"Expected n_samples >= n_components but got n_components = "
                              f"{self.n_components}, n_samples = {fed.n_rows}.")
         rng = check_rng(self.random_state)
-        mean, _ = global_moments(fed)
-        model = GaussianMixtureModel(self.n_components, fed.n_features, self.covariance_type,
-                                     self.reg_covar, shift=mean)
+        model = GaussianMixtureModel.from_federation(fed, n_components=self.n_components,
+                                                     covariance_type=self.covariance_type, reg_covar=self.reg_covar)
         best = self._fit_best_of(
             model, fed, 1 if warm else self.n_init,
             lambda: self._theta_previous() if warm else self._initial_theta(fed, model, rng), rng)
@@ -167,27 +181,17 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         X_flat = np.vstack(X) if isinstance(X, (list, tuple)) and np.ndim(X[0]) == 2 else X
         return self.fit(X, y, groups=groups).predict(X_flat)
 
-    def _check_params(self):
-        check_int(self.n_components, "n_components")
-        if self.covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}.")
-        if self.init_params not in INIT_PARAMS:
-            raise ValueError(f"init_params must be one of {INIT_PARAMS}; got {self.init_params!r}.")
-        check_positive(self.reg_covar, "reg_covar", strict=False)
-        check_int(self.n_init, "n_init")
-        self._check_federated_params()
-
     def _initial_theta(self, fed, model, rng):
         user = (self.weights_init, self.means_init, self.precisions_init)
         if all(u is not None for u in user):
             return make_params(self.weights_init, self.means_init, precisions=self.precisions_init,
                                covariance_type=self.covariance_type)
         try:
-            theta = init_params(fed, model, method=self.init_params, rng=rng)
+            theta = model.init_theta(fed, rng=rng, method=self.init_params)
         except TooFewSummariesError:
             warnings.warn(f"clients are too small to send k-means centroids of >= {SUMMARY_MIN_ROWS} rows; "
                           "falling back to init_params='random' (global moments).", UserWarning)
-            theta = init_params(fed, model, method="random", rng=rng)
+            theta = model.init_theta(fed, rng=rng, method="random")
         if any(u is not None for u in user):
             theta = make_params(
                 theta.weights if self.weights_init is None else self.weights_init,
@@ -206,7 +210,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.means_ = theta.means
         self.covariances_ = theta.covariances
         self.precisions_cholesky_ = theta.precisions_cholesky
-        self.precisions_ = _precisions(theta.precisions_cholesky, self.covariance_type)
+        self.precisions_ = theta.precisions
 
     # ------------------------------------------------------------------ inference
     def _validated(self, X):
@@ -254,10 +258,3 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         log_norm, _ = estimate_log_prob_resp(self._validated(X), self.theta_)
         return -2 * log_norm.sum() + 2 * self._n_parameters()
 
-
-def _precisions(prec_chol, covariance_type):
-    if covariance_type == "full":
-        return np.einsum("kij,klj->kil", prec_chol, prec_chol)
-    if covariance_type == "tied":
-        return prec_chol @ prec_chol.T
-    return prec_chol ** 2

@@ -19,6 +19,7 @@ from .._validation import check_array_2d, client_round_rng
 from ..algorithms.fedem import client_update
 from ..compression import make_compressor
 from ..federation import MIN_CLIENT_ROWS, Federation
+from ..models._summaries import client_moments
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
 from .records import compressed_to_records, from_array_record, params_from_records, to_array_record
@@ -103,12 +104,9 @@ class _Node:
     def describe(self, message: Message, context: Context) -> Message:
         """Partition id, row count, local mean and centred scatter (for global moments)."""
         X = self._data(context)
-        m = X.shape[0]
-        # same reduction as gmm_init.global_moments on one segment
-        mean = np.add.reduceat(X, [0], axis=0)[0] / m
-        centred = X - mean
-        return _reply(message, arrays={"mean": mean, "scatter": centred.T @ centred},
-                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": m})
+        sizes, means, scatters = client_moments(Federation(X, [0, X.shape[0]]))  # the client part of global_moments
+        return _reply(message, arrays={"mean": means[0], "scatter": scatters[0]},
+                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": int(sizes[0])})
 
     def stats(self, message: Message, context: Context) -> Message:
         """Exact local mean statistic s̄_i(θ) at the θ sent (uncompressed, round 0)."""

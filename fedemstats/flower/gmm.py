@@ -10,8 +10,9 @@ from __future__ import annotations
 
 
 from .._validation import check_int, check_positive
-from ..models.gmm import COVARIANCE_TYPES, GaussianMixtureModel
+from ..models.gmm import GaussianMixtureModel
 from ..models.gmm_init import init_random_from_moments
+from ..models.gmm_params import check_covariance_type
 
 __all__ = ["GMMProblem", "PROBLEM_TYPES"]
 
@@ -39,9 +40,7 @@ class GMMProblem:
 
     def __init__(self, n_components, covariance_type="full", reg_covar=1e-6, init="random"):
         self.n_components = check_int(n_components, "n_components")
-        if covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {covariance_type!r}.")
-        self.covariance_type = covariance_type
+        self.covariance_type = check_covariance_type(covariance_type)
         self.reg_covar = check_positive(reg_covar, "reg_covar", strict=False)
         if init not in INIT_METHODS:
             raise ValueError(f"init must be one of {INIT_METHODS} on Flower; got {init!r}.")
@@ -76,9 +75,14 @@ class GMMProblem:
         return GaussianMixtureModel(self.n_components, int(n_features), self.covariance_type,
                                     self.reg_covar, shift=shift)
 
+    def model_from_federation(self, federation) -> GaussianMixtureModel:
+        """The model of an in-process federation of the same partitions (its shift the global mean)."""
+        return GaussianMixtureModel.from_federation(federation, n_components=self.n_components,
+                                                    covariance_type=self.covariance_type, reg_covar=self.reg_covar)
+
     def init_theta(self, model, mean, cov, rng):
-        """θ_0 from the global moments, drawing from ``rng`` exactly as
-        :func:`fedemstats.models.gmm_init.init_params` (``method="random"``) does."""
+        """θ_0 from the global moments, drawing from ``rng`` exactly as the model's
+        ``init_theta(method="random")`` does."""
         return init_random_from_moments(mean, cov, model, rng)
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Message, RecordDict
 
+from ..models._summaries import combine_moments
 from . import protocol as P
-from ..models.gmm_init import combine_moments
 from .records import from_array_record
 
 __all__ = ["NodeRegistry", "Description", "describe_nodes", "wait_for_nodes", "pooled_moments", "POLL_SECONDS"]
@@ -111,8 +111,8 @@ class NodeRegistry:
 def pooled_moments(descriptions):
     """Pooled mean and ML covariance from per-partition (m_i, mean_i, scatter_i).
 
-    Chan et al.'s parallel combination, as :func:`fedemstats.models.gmm_init.global_moments`
-    computes it in process: ``M = Σ M_i + Σ m_i (x̄_i - x̄)(x̄_i - x̄)^T``, divided by N.
+    The server part of :func:`fedemstats.models._summaries.global_moments` (Chan et al.'s
+    parallel combination): ``M = Σ M_i + Σ m_i (x̄_i - x̄)(x̄_i - x̄)^T``, divided by N.
     """
     sizes = np.array([d.n_rows for d in descriptions], dtype=np.int64)
     client_means = np.array([d.mean for d in descriptions])

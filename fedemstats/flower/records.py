@@ -15,7 +15,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from ..compression import message_from_record, message_to_record
-from ..models.gmm import GMMParams
+from ..models.gmm_params import GMMParams
 
 __all__ = [
     "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",

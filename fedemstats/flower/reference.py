@@ -1,18 +1,16 @@
 """The in-process run a Flower run must reproduce (for checks, tests and the example).
 
 Same data, same seed, same client sampling: :class:`~fedemstats.algorithms.FedEM`
-on a :class:`~fedemstats.Federation` of the partitions, with θ_0 from
-:func:`fedemstats.models.gmm_init.init_params` (``"random"``) drawn from the same
-generator first — the sequence ``FederatedGaussianMixture(init_params="random")``
-uses. Partition ``partitions[i]`` is client ``i``, as in the Flower strategy.
+on a :class:`~fedemstats.Federation` of the partitions, with θ_0 from the model's
+federated initialisation (``"random"``) drawn from the same generator first — the
+sequence ``FederatedGaussianMixture(init_params="random")`` uses. Partition
+``partitions[i]`` is client ``i``, as in the Flower strategy.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.fedem import FedEM
 from ..federation import Federation
-from ..models.gmm_init import global_moments, init_params
 
 __all__ = ["reference_run", "max_abs_difference"]
 
@@ -32,21 +30,16 @@ def reference_run(partitions, problem, settings):
     FitResult
     """
     fed = Federation.from_clients(partitions)
-    mean, _ = global_moments(fed)
-    model = problem.build_model(fed.n_features, mean)
+    model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
-    theta0 = init_params(fed, model, method=problem.init, rng=rng)
-    algo = FedEM(model, compressor=settings.compressor, participation=settings.participation,
-                 step_size=settings.step_size, alpha=settings.alpha, v_init=settings.v_init)
-    return algo.run(fed, theta0, settings.n_rounds, random_state=rng)
+    theta0 = model.init_theta(fed, rng=rng, method=problem.init)
+    return settings.algorithm(model).run(fed, theta0, settings.n_rounds, random_state=rng)
 
 
 def max_abs_difference(result: dict, reference) -> dict:
     """Largest absolute differences between a Flower result dict and a reference FitResult."""
     theta = reference.theta
     pairs = {"s_hat": (result["s_hat"], reference.state.s_hat), "v": (result["v"], reference.state.v),
-             "v_clients": (result["v_clients"], reference.state.v_clients),
-             "weights": (result["theta"]["weights"], theta.weights),
-             "means": (result["theta"]["means"], theta.means),
-             "covariances": (result["theta"]["covariances"], theta.covariances)}
+             "v_clients": (result["v_clients"], reference.state.v_clients)}
+    pairs.update({name: (result["theta"][name], getattr(theta, name)) for name in result["theta"]})
     return {k: float(np.max(np.abs(np.asarray(a, dtype=np.float64) - b))) for k, (a, b) in pairs.items()}

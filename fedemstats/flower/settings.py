@@ -5,7 +5,7 @@ import numbers
 from dataclasses import asdict, dataclass, replace
 
 from .._validation import check_int, check_positive
-from ..algorithms.fedem import V_INIT_CHOICES
+from ..algorithms.fedem import V_INIT_CHOICES, FedEM
 from ..compression import make_compressor
 from ..participation import make_participation
 
@@ -99,6 +99,12 @@ class FedEMSettings:
             if name in updates:
                 updates[name] = float(updates[name])
         return replace(base, **updates)
+
+    def algorithm(self, model) -> FedEM:
+        """The in-process FedEM these settings describe (its round 0, α and step sizes
+        are the ones the Flower strategy applies)."""
+        return FedEM(model, compressor=self.compressor, participation=self.participation,
+                     step_size=self.step_size, alpha=self.alpha, v_init=self.v_init)
 
     def as_dict(self) -> dict:
         """Plain dict of the settings (JSON-ready)."""

@@ -19,11 +19,9 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
-from ..algorithms.base import AlgorithmState, make_step_size
-from ..algorithms.fedem import draw_entropy, memory_update, server_update
-from ..compression import make_compressor
+from ..algorithms.base import draw_entropy
+from ..algorithms.fedem import memory_update, server_update
 from ..ledger import FLOAT64_BITS
-from ..participation import make_participation
 from . import protocol as P
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
 from .records import compressed_from_records, params_to_records, to_array_record, wire_bytes
@@ -44,6 +42,9 @@ class FedEMStrategy(Strategy):
 
     Attributes
     ----------
+    algorithm : FedEM
+        The in-process algorithm of these settings (built at round 0): its round 0,
+        α, step sizes and participation sampler are the ones applied here.
     state : AlgorithmState
         Ŝ_k, V_k, the V_{k,i} mirror (n_clients, q), round and stream entropy.
     partitions : list of int
@@ -54,11 +55,9 @@ class FedEMStrategy(Strategy):
 
     def __init__(self, problem, settings):
         self.problem, self.settings = problem, settings
-        self.compressor = make_compressor(settings.compressor)
-        self.participation = make_participation(settings.participation)
         self.rng = np.random.default_rng(settings.seed)
         self.registry = NodeRegistry()
-        self.history, self.state, self.model, self.partitions = [], None, None, []
+        self.history, self.state, self.model, self.algorithm, self.partitions = [], None, None, None, []
         self._pending = None
 
     # ------------------------------------------------------------------ round 0
@@ -75,23 +74,14 @@ class FedEMStrategy(Strategy):
         self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
         mean, cov = pooled_moments(descs)
         self.model = self.problem.build_model(mean.shape[0], mean)
+        self.algorithm = s.algorithm(self.model)
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
-        stats, loglik = self._collect_stats(grid, theta0)
-        s_hat = self.weights @ stats
-        if s.v_init == "mean-field":
-            v_clients = self._collect_stats(grid, self.model.t_map(s_hat))[0] - s_hat[None, :]
-        else:
-            v_clients = np.zeros_like(stats)
-        self.state = AlgorithmState(s_hat=s_hat, v=self.weights @ v_clients, v_clients=v_clients,
-                                    entropy=draw_entropy(self.rng))
-        n, q = len(self.partitions), self.model.q
-        omega = float(self.compressor.omega(q, self.model.layout.offsets))
-        self.alpha = 1.0 / (1.0 + omega) if s.alpha is None else float(s.alpha)
-        self.schedule = make_step_size(s.step_size, omega=omega, n_clients=n,
-                                       inclusion=self.participation.inclusion(n))
-        self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[],
-                        loglik=float(self.weights @ loglik), step_size=float("nan"), uplink_bits=0,
-                        reply_bytes=0)
+        self.state, loglik = self.algorithm.round_zero(lambda theta: self._collect_stats(grid, theta), theta0,
+                                                       self.weights, draw_entropy(self.rng))
+        n = len(self.partitions)
+        self.alpha, self.schedule = self.algorithm.resolved_alpha(), self.algorithm.schedule(n)
+        self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], loglik=loglik,
+                        step_size=float("nan"), uplink_bits=0, reply_bytes=0)
 
     def _collect_stats(self, grid, theta):
         """s̄_i(θ) of every client (uncompressed); round 0 needs all of them."""
@@ -131,7 +121,7 @@ class FedEMStrategy(Strategy):
         """Sample clients as the engine does and instruct the nodes serving them."""
         self._refresh_nodes(grid)
         st, n = self.state, len(self.partitions)
-        active, pi = self.participation.sample(st.round, n, self.rng)
+        active, pi = self.algorithm.participation.sample(st.round, n, self.rng)
         round_config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
                         "compressor": self.settings.compressor}
         messages, client_of_node = [], {}
@@ -162,8 +152,9 @@ class FedEMStrategy(Strategy):
                 logger.warning("node %d answered for another partition; dropped.", node)
                 continue
             msg = compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META])
-            got[client] = (self.compressor.decompress(msg)[0], float(reply.content[P.METRICS]["loglik"]),
-                           self.compressor.bits(msg), wire_bytes(reply))
+            compressor = self.algorithm.compressor
+            got[client] = (compressor.decompress(msg)[0], float(reply.content[P.METRICS]["loglik"]),
+                           compressor.bits(msg), wire_bytes(reply))
         return got
 
     def aggregate_train(self, server_round, replies):
@@ -229,15 +220,14 @@ class FedEMStrategy(Strategy):
         return row
 
     def result(self) -> dict:
-        """JSON-ready result: Ŝ, V, θ = T(Ŝ), client weights, partitions, history."""
-        theta = self.model.t_map(self.state.s_hat)
+        """JSON-ready result: Ŝ, V, θ = T(Ŝ) (the model's named arrays), client weights, partitions, history."""
+        theta = self.model.params_to_dict(self.model.t_map(self.state.s_hat))
         return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
                 "partitions": list(self.partitions), "weights": self.weights.tolist(),
                 "shift": self.model.shift.tolist(), "entropy": int(self.state.entropy),
                 "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
                 "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),
-                "theta": {"weights": theta.weights.tolist(), "means": theta.means.tolist(),
-                          "covariances": theta.covariances.tolist()},
+                "theta": {name: value.tolist() for name, value in theta.items()},
                 "history": self.history}
 
     def _write_output(self) -> None:

@@ -27,7 +27,6 @@ CHUNK_ROWS = 256
 BLOCKS_PER_THREAD = 2
 #: Blocks are not made smaller than this, so tiny inputs run on one thread.
 MIN_BLOCK_ROWS = 2048
-LOG_2PI = float(np.log(2.0 * np.pi))
 #: Let LLVM reassociate the row sums (SIMD reductions) and fuse multiply-adds, but keep
 #: IEEE inf/NaN semantics (log pi_k = -inf for an empty component must stay -inf).
 FAST_SUMS = {"reassoc", "contract", "nsz"}

@@ -5,23 +5,55 @@ exposes the *conditional expected sufficient statistics* averaged per client
 (what a client sends) and the *M-step map* ``T`` (what the server applies).
 Statistics and the T-map are kept apart so that algorithms can move in
 statistic space (FedEM, VR-FedEM, online EM) between them.
+
+The whole contract, in the order of a fit: :meth:`Model.from_federation` (public
+shift / scale from round-1 summaries), :meth:`Model.init_theta` (federated
+initialisation), :meth:`Model.client_stats` and :meth:`Model.t_map` (the rounds),
+:meth:`Model.mean_field` (the stationarity measure), then :meth:`Model.log_likelihood`,
+:meth:`Model.n_parameters`, :meth:`Model.impute` and :meth:`Model.params_to_dict`.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from ..federation import Federation
 from ..layout import StatLayout
 
-__all__ = ["Model"]
+__all__ = ["Model", "mean_field", "mean_field_norm2"]
+
+
+def mean_field(model, federation, s) -> np.ndarray:
+    """Mean field h(s) = Σ_i w_i s̄_i(T(s)) − s (paper 003, eq. (6)) from one full pass.
+
+    Parameters
+    ----------
+    model : Model
+    federation : Federation
+    s : ndarray of shape (q,)
+
+    Returns
+    -------
+    h : ndarray of shape (q,)
+        Its roots are the fixed points of EM in expectation space.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    return model.mean_stats(federation, model.t_map(s)) - s
+
+
+def mean_field_norm2(model, federation, s) -> float:
+    """||h(s)||², the ε-stationarity measure of Theorems 1 and 3 of paper 003."""
+    h = mean_field(model, federation, s)
+    return float(h @ h)
 
 
 class Model:
     """Abstract latent-variable model with a flat statistic vector.
 
-    Subclasses set :attr:`layout` in ``__init__`` and implement the methods below.
-    Parameter sets ``theta`` are model-specific frozen containers (e.g. a
-    dataclass of arrays); algorithms treat them as opaque.
+    Subclasses set :attr:`layout` in ``__init__`` and implement the methods that
+    raise ``NotImplementedError`` below. Parameter sets ``theta`` are model-specific
+    frozen dataclasses of arrays; algorithms treat them as opaque.
 
     Attributes
     ----------
@@ -36,6 +68,46 @@ class Model:
     #: whether rows may contain NaN (missing values marginalised by the model)
     allow_nan: bool = False
 
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def public_centring(cls, federation) -> dict:
+        """Public ``shift`` / ``scale`` constructor arguments from round-1 client summaries.
+
+        The default is none (models of first moments only); models with second moments
+        override it (SPEC §2 numerical care).
+
+        Returns
+        -------
+        dict
+            Keyword arguments of the constructor, e.g. ``{"shift": mean}``.
+        """
+        return {}
+
+    @classmethod
+    def from_federation(cls, federation, **hyper):
+        """The model for ``federation``'s features with its public shift / scale.
+
+        Parameters
+        ----------
+        federation : Federation
+        **hyper
+            The other constructor arguments (e.g. ``n_components``, ``reg_covar``).
+        """
+        return cls(n_features=federation.n_features, **hyper, **cls.public_centring(federation))
+
+    def init_theta(self, federation, rng=None, **kwargs):
+        """Federated initial parameters θ_0: from client summaries, never from pooled rows.
+
+        Parameters
+        ----------
+        federation : Federation
+        rng : numpy.random.Generator or int, optional
+        **kwargs
+            Model-specific options (e.g. ``method="kmeans"``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define init_theta.")
+
+    # ------------------------------------------------------------------ statistics and T-map
     @property
     def q(self) -> int:
         return self.layout.size
@@ -60,7 +132,7 @@ class Model:
         loglik : ndarray of shape (n_active,)
             Mean log-likelihood of the same rows under ``theta`` (same pass).
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define client_stats.")
 
     def t_map(self, s) -> object:
         """M-step: parameters maximising ``<s, phi(theta)> - psi(theta) - R(theta)``.
@@ -72,7 +144,7 @@ class Model:
         ----------
         s : ndarray of shape (q,)
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define t_map.")
 
     def check_stats(self, s) -> np.ndarray:
         """``s`` as a float64 vector of shape (q,); ValueError if the shape is wrong or
@@ -88,14 +160,6 @@ class Model:
         """:meth:`check_stats`, then the layout's named blocks of ``s`` (the first lines of a T-map)."""
         return self.layout.unpack(self.check_stats(s))
 
-    def log_likelihood(self, X, theta) -> np.ndarray:
-        """Log-density of each row, shape (n_rows,)."""
-        raise NotImplementedError
-
-    def n_parameters(self, theta) -> int:
-        """Number of free parameters (for BIC / AIC)."""
-        raise NotImplementedError
-
     def segment_stats(self, X, seg, theta):
         """Segment-mean conditional expected statistics of given rows.
 
@@ -103,8 +167,7 @@ class Model:
         e.g. the control variate of VR-FedEM (paper 003, Algorithm 2, line 8), whose
         mini-batch comes from one ``federation.select(clients, batch, rng)`` call.
         The default wraps the rows in a temporary :class:`~fedemstats.federation.Federation`
-        and calls :meth:`client_stats`, so every model gets it for free; models may
-        override it with a direct kernel call.
+        and calls :meth:`client_stats`.
 
         Parameters
         ----------
@@ -126,3 +189,52 @@ class Model:
         """Weighted full-pass mean statistic ``sum_i w_i s_i(theta)``, shape (q,)."""
         stats, _ = self.client_stats(federation, theta)
         return federation.weights @ stats
+
+    def mean_field(self, federation, s) -> np.ndarray:
+        """h(s) = Σ_i w_i s̄_i(T(s)) − s, shape (q,); see :func:`mean_field`."""
+        return mean_field(self, federation, s)
+
+    def mean_field_norm2(self, federation, s) -> float:
+        """||h(s)||²; see :func:`mean_field_norm2`."""
+        return mean_field_norm2(self, federation, s)
+
+    # ------------------------------------------------------------------ fitted parameters
+    def log_likelihood(self, X, theta) -> np.ndarray:
+        """Log-density of each row, shape (n_rows,)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define log_likelihood.")
+
+    def n_parameters(self, theta) -> int:
+        """Number of free parameters (for BIC / AIC)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define n_parameters.")
+
+    def impute(self, X, theta, rng=None, sample=False) -> np.ndarray:
+        """Missing entries (NaN) of ``X`` replaced by their conditional mean given the
+        observed ones, or by a draw from that conditional when ``sample``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n, n_features), NaN where missing
+        theta : parameters
+        rng : numpy.random.Generator, optional
+            Used when ``sample``.
+        sample : bool, default=False
+
+        Returns
+        -------
+        ndarray of shape (n, n_features)
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot impute missing values; use a model "
+                                  "that marginalises them (GaussianMissingModel, GaussianMixtureMissingModel, "
+                                  "PoissonMixtureModel).")
+
+    def params_to_dict(self, theta) -> dict:
+        """Fitted parameters as plain named arrays (for JSON, Flower results, reports).
+
+        The default lists the array fields of the parameter dataclass.
+
+        Returns
+        -------
+        dict of str -> ndarray
+        """
+        return {f.name: getattr(theta, f.name) for f in dataclasses.fields(theta)
+                if isinstance(getattr(theta, f.name), np.ndarray)}

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from .._linalg import safe_cholesky, symmetrize
+from .._linalg import LOG_2PI, safe_cholesky, symmetrize
 from .._validation import check_int
 from ..layout import StatLayout
-from ._missing_kernels import (LOG_2PI, check_shift_scale, missing_patterns, nan_moments, rows_per_chunk,
-                               segment_sums)
+from ._patterns import missing_patterns, rows_per_chunk, segment_sums
+from ._summaries import check_shift_scale, nan_moments, standardising_shift_scale
 from .base import Model
 
 __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
@@ -145,9 +145,9 @@ def factor_transform(X, theta):
     return _all_rows(X, theta)[0]
 
 
-def init_factor(X, n_factors, noise_variance_init=None):
-    """Initial :class:`FactorParams` from global pairwise moments (sums only, see
-    :func:`._missing_kernels.nan_moments`).
+def init_factor(federation, n_factors, noise_variance_init=None):
+    """Initial :class:`FactorParams` from global pairwise moments (the clients' sums only,
+    see :func:`._summaries.nan_moments`).
 
     Like scikit-learn's first iteration: ``Ψ₀ = diag(S)`` (or the user's), loadings from
     the leading eigenpairs ``(ℓ, v)`` of ``Ψ₀^{-1/2} S Ψ₀^{-1/2}``:
@@ -155,7 +155,8 @@ def init_factor(X, n_factors, noise_variance_init=None):
 
     Parameters
     ----------
-    X : ndarray of shape (n, d)
+    federation : Federation
+        NaN where missing.
     n_factors : int
     noise_variance_init : ndarray of shape (d,), optional
 
@@ -163,7 +164,7 @@ def init_factor(X, n_factors, noise_variance_init=None):
     -------
     FactorParams
     """
-    mean, cov = nan_moments(X)
+    mean, cov = nan_moments(federation)
     var = np.diag(cov).copy()
     psi = np.asarray(noise_variance_init, dtype=np.float64) if noise_variance_init is not None \
         else np.maximum(var, NOISE_REL_FLOOR * max(var.max(), NOISE_ABS_FLOOR))
@@ -207,16 +208,11 @@ class FactorAnalysisModel(Model):
         self.shift, self.scale = check_shift_scale(shift, scale, d)
         self.layout = StatLayout([("sum_xx", (d,)), ("sum_xz", (d, k + 1)), ("sum_zz", (k + 1, k + 1))])
 
-    def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
-        """Per-client mean statistics and mean observed-data log-likelihood, one pass.
+    #: public shift and scale from the round-1 moments of the observed values
+    public_centring = staticmethod(standardising_shift_scale)
 
-        Returns
-        -------
-        stats : ndarray of shape (n_active, q)
-            On standardised data ``(x − c) / σ``.
-        loglik : ndarray of shape (n_active,)
-            In the original units.
-        """
+    def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
+        """:meth:`Model.client_stats`: statistics on ``(x − c) / σ``, log-likelihood in the original units."""
         X, seg = federation.select(clients, batch, rng)
         Xs = (X - self.shift) / self.scale
         std = self._standardised(theta)
@@ -237,13 +233,7 @@ class FactorAnalysisModel(Model):
                             (theta.mean - self.shift) / self.scale)
 
     def t_map(self, s) -> FactorParams:
-        """Total M-step (see class Notes).
-
-        Raises
-        ------
-        ValueError
-            If ``s`` has the wrong shape or is not finite.
-        """
+        """Total M-step (see class Notes); ValueError if ``s`` is misshapen or not finite."""
         parts = self.unpack_stats(s)
         L, _, _ = safe_cholesky(symmetrize(parts["sum_zz"]))
         lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T
@@ -264,4 +254,4 @@ class FactorAnalysisModel(Model):
 
     def init_theta(self, federation, rng=None, noise_variance_init=None) -> FactorParams:
         """Initial parameters from global moments; see :func:`init_factor`."""
-        return init_factor(federation.X, self.n_factors, noise_variance_init)
+        return init_factor(federation, self.n_factors, noise_variance_init)

@@ -8,159 +8,25 @@ vector onto valid parameters. Parameter shapes follow scikit-learn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from numba import get_num_threads
 
-from .._linalg import (check_spd, eig_floor_value, inv_cholesky_upper, log_det_triangular,
-                       logsumexp, precision_cholesky_from_precision, safe_cholesky, symmetrize)
+from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
+                       mirror_upper, safe_cholesky, symmetrize)
 from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import StatLayout
 from . import _gmm_kernels as _k
+from ._mixture import RESP_FLOOR, component_mass
+from ._summaries import global_moments
 from .base import Model
+from .gmm_init import init_params
+from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covariance_type, covariance_shape,
+                         make_params)
 
 __all__ = ["GMMParams", "make_params", "GaussianMixtureModel", "estimate_log_prob_resp",
            "COVARIANCE_TYPES", "RESP_FLOOR"]
 
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 _CODES = {"full": _k.COV_FULL, "tied": _k.COV_TIED, "diag": _k.COV_DIAG, "spherical": _k.COV_SPHERICAL}
-#: Floor of the responsibility statistic S0_k in the T-map; scikit-learn adds 10*eps to
-#: n_k for the same reason (an empty component must not divide by zero).
-RESP_FLOOR = 10 * np.finfo(np.float64).eps
-#: Tolerance on sum(weights) == 1 in make_params.
-WEIGHTS_SUM_TOL = 1e-6
-
-
-@dataclass(frozen=True, eq=False)
-class GMMParams:
-    """Gaussian-mixture parameters with scikit-learn's shapes (treat arrays as read-only).
-
-    Attributes
-    ----------
-    weights : ndarray of shape (K,)
-    means : ndarray of shape (K, d)
-    covariances : ndarray
-        full (K, d, d), tied (d, d), diag (K, d), spherical (K,).
-    precisions_cholesky : ndarray
-        Same shape; full/tied are upper-triangular ``U`` with ``U U^T = Sigma^{-1}``,
-        diag/spherical are ``1 / sqrt(variance)``.
-    covariance_type : {"full", "tied", "diag", "spherical"}
-    """
-
-    weights: np.ndarray
-    means: np.ndarray
-    covariances: np.ndarray
-    precisions_cholesky: np.ndarray
-    covariance_type: str
-
-    @property
-    def n_components(self) -> int:
-        return int(self.weights.shape[0])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.means.shape[1])
-
-    @property
-    def precisions(self) -> np.ndarray:
-        """Precision matrices (or inverse variances) as scikit-learn's ``precisions_``."""
-        pc = self.precisions_cholesky
-        if self.covariance_type == "full":
-            return np.einsum("kij,klj->kil", pc, pc)
-        if self.covariance_type == "tied":
-            return pc @ pc.T
-        return pc ** 2
-
-
-def _cov_shape(ctype, K, d):
-    return {"full": (K, d, d), "tied": (d, d), "diag": (K, d), "spherical": (K,)}[ctype]
-
-
-def _check_ctype(covariance_type):
-    if covariance_type not in COVARIANCE_TYPES:
-        raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {covariance_type!r}.")
-
-
-def _as_matrices(a, ctype):
-    """View full as (K, d, d) and tied as (1, d, d) for per-matrix loops."""
-    return a if ctype == "full" else a[None]
-
-
-def make_params(weights, means, covariances=None, precisions=None, covariance_type="full", *,
-                precisions_cholesky=None) -> GMMParams:
-    """Validated :class:`GMMParams` from scikit-learn style arrays.
-
-    Exactly one of ``covariances``, ``precisions`` (like ``precisions_init``: precision
-    matrices, not their Cholesky factors) or ``precisions_cholesky`` must be given.
-
-    Parameters
-    ----------
-    weights : array-like of shape (K,)
-        Non-negative, summing to 1 (within 1e-6; renormalised).
-    means : array-like of shape (K, d)
-    covariances, precisions, precisions_cholesky : array-like, optional
-        Shapes per ``covariance_type`` (see :class:`GMMParams`); symmetric positive definite.
-    covariance_type : {"full", "tied", "diag", "spherical"}
-
-    Returns
-    -------
-    GMMParams
-
-    Raises
-    ------
-    ValueError
-        On wrong shapes, non-finite values, weights not summing to one, or matrices that
-        are not symmetric positive definite.
-    """
-    _check_ctype(covariance_type)
-    w = np.asarray(weights, dtype=np.float64)
-    mu = np.asarray(means, dtype=np.float64)
-    if w.ndim != 1 or mu.ndim != 2 or mu.shape[0] != w.shape[0]:
-        raise ValueError(f"weights must be (K,) and means (K, d); got {w.shape} and {mu.shape}.")
-    if not (np.all(np.isfinite(w)) and np.all(np.isfinite(mu))):
-        raise ValueError("weights and means must be finite.")
-    if (w < 0).any() or abs(w.sum() - 1.0) > WEIGHTS_SUM_TOL:
-        raise ValueError(f"weights must be non-negative and sum to 1; got sum {w.sum():.6g}.")
-    given = [a is not None for a in (covariances, precisions, precisions_cholesky)]
-    if sum(given) != 1:
-        raise ValueError("give exactly one of covariances, precisions or precisions_cholesky.")
-    arr = np.asarray(next(a for a in (covariances, precisions, precisions_cholesky) if a is not None),
-                     dtype=np.float64)
-    K, d = mu.shape
-    if arr.shape != _cov_shape(covariance_type, K, d):
-        raise ValueError(f"{covariance_type!r} covariances/precisions must have shape "
-                         f"{_cov_shape(covariance_type, K, d)}; got {arr.shape}.")
-    cov, pc = _complete(arr, given.index(True), covariance_type)
-    return GMMParams(w / w.sum(), mu.copy(), cov, pc, covariance_type)
-
-
-def _complete(arr, kind, ctype):
-    """(covariances, precisions_cholesky) from covariances (0), precisions (1) or U (2)."""
-    if ctype in ("diag", "spherical"):
-        if not np.all(np.isfinite(arr)) or (arr <= 0).any():
-            raise ValueError(f"{ctype!r} variances/precisions must be finite and > 0.")
-        if kind == 0:
-            return arr.copy(), 1.0 / np.sqrt(arr)
-        pc = np.sqrt(arr) if kind == 1 else arr.copy()
-        return 1.0 / pc ** 2, pc
-    mats = _as_matrices(arr, ctype)
-    if kind == 2:
-        if not np.all(np.isfinite(mats)) or (np.diagonal(mats, axis1=1, axis2=2) <= 0).any():
-            raise ValueError("precisions_cholesky must be finite with a positive diagonal.")
-        mats = np.einsum("kij,klj->kil", mats, mats)
-        kind = 1
-    for m in mats:
-        check_spd(m, "precisions" if kind == 1 else "covariances")
-    if kind == 0:
-        pcs = np.array([inv_cholesky_upper(safe_cholesky(c)[0]) for c in mats])
-        covs = mats.copy()
-    else:
-        pcs = np.array([precision_cholesky_from_precision(p) for p in mats])
-        covs = np.array([np.linalg.inv(p) for p in mats])
-    if ctype == "tied":
-        return covs[0], pcs[0]
-    return covs, pcs
 
 
 def _kernel_arrays(theta: GMMParams, shift):
@@ -178,7 +44,7 @@ def _kernel_arrays(theta: GMMParams, shift):
         diag = np.ascontiguousarray(np.repeat(pc[:, None], d, axis=1))
     log_det = log_det_triangular(tri) if tri.size else np.sum(np.log(diag), axis=1)
     with np.errstate(divide="ignore"):
-        const = np.log(theta.weights) + log_det - 0.5 * d * _k.LOG_2PI
+        const = np.log(theta.weights) + log_det - 0.5 * d * LOG_2PI
     means = np.ascontiguousarray(theta.means - shift)
     return means, tri, diag, const
 
@@ -232,16 +98,14 @@ class GaussianMixtureModel(Model):
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None):
         self.n_components = check_int(n_components, "n_components")
         self.n_features = check_int(n_features, "n_features")
-        _check_ctype(covariance_type)
-        self.covariance_type = covariance_type
+        self.covariance_type = check_covariance_type(covariance_type)
         self.reg_covar = check_positive(reg_covar, "reg_covar", strict=False)
         K, d = self.n_components, self.n_features
         self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
         if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
             raise ValueError(f"shift must be a finite array of shape ({d},); got {self.shift.shape}.")
-        second = {"full": (K, d, d), "tied": (d, d), "diag": (K, d), "spherical": (K,)}
         self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)),
-                                  ("sum_xx", second[covariance_type])])
+                                  ("sum_xx", covariance_shape(covariance_type, K, d))])
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -284,7 +148,7 @@ class GaussianMixtureModel(Model):
         sums /= np.diff(seg)[:, None]
         stats = sums[:, :self.q]
         if self.covariance_type in ("full", "tied"):
-            _mirror_upper(self.layout.unpack(stats)["sum_xx"], self.n_features)
+            mirror_upper(self.layout.unpack(stats)["sum_xx"])
         return stats, sums[:, self.q].copy()
 
     # ------------------------------------------------------------------ T-map
@@ -309,13 +173,13 @@ class GaussianMixtureModel(Model):
             If ``s`` has the wrong shape or holds NaN/inf, or the result overflows.
         """
         parts = self.unpack_stats(s)
-        s0 = np.maximum(parts["resp"], RESP_FLOOR)
+        s0, weights = component_mass(parts["resp"])
         m = parts["sum_x"] / s0[:, None]
         cov = _raw_covariances(self.covariance_type, s0, m, parts["sum_xx"], self.reg_covar)
         if not (np.all(np.isfinite(m)) and np.all(np.isfinite(cov))):
             raise ValueError("t_map overflowed on extreme statistics; lower the step size.")
         cov, pc = _repair(cov, self.covariance_type, self.reg_covar)
-        return GMMParams(s0 / s0.sum(), m + self.shift, cov, pc, self.covariance_type)
+        return GMMParams(weights, m + self.shift, cov, pc, self.covariance_type)
 
     # ------------------------------------------------------------------ likelihood & co
     def log_likelihood(self, X, theta) -> np.ndarray:
@@ -347,16 +211,19 @@ class GaussianMixtureModel(Model):
         labels = np.repeat(np.arange(theta.n_components), counts)
         return np.vstack(parts), labels
 
+    @classmethod
+    def public_centring(cls, federation) -> dict:
+        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_moments`)."""
+        return {"shift": global_moments(federation)[0]}
+
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
         """Federated initialisation (see :func:`fedemstats.models.gmm_init.init_params`)."""
-        from .gmm_init import init_params
         return init_params(federation, self, method=method, rng=rng, **kwargs)
 
-
-def _mirror_upper(S2, d):
-    """In place: copy the strict upper triangle of (..., d, d) blocks to the lower one."""
-    iu, ju = np.triu_indices(d, 1)
-    S2[..., ju, iu] = S2[..., iu, ju]
+    def params_to_dict(self, theta) -> dict:
+        """``weights``, ``means`` and ``covariances`` (scikit-learn's shapes); the precision
+        factors are derived from the covariances and left out."""
+        return {"weights": theta.weights, "means": theta.means, "covariances": theta.covariances}
 
 
 def _raw_covariances(ctype, s0, m, s2, reg):
@@ -384,7 +251,7 @@ def _repair(cov, ctype, reg):
         if bad.any():
             cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), reg), cov)
         return cov, 1.0 / np.sqrt(cov)
-    mats = _as_matrices(cov, ctype).copy()
+    mats = as_matrices(cov, ctype).copy()
     pcs = np.empty_like(mats)
     for k, c in enumerate(mats):
         L, mats[k], _ = safe_cholesky(c, reg)

@@ -15,12 +15,11 @@ from scipy.special import gammaln
 
 from .._linalg import logsumexp
 from .._validation import check_int, check_rng
-from ..federation import Federation
 from ..layout import StatLayout
-from ._missing_kernels import rows_per_chunk, segment_sums
+from ._mixture import component_mass, draw_components
+from ._patterns import rows_per_chunk, segment_sums
+from ._summaries import SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
 from .base import Model
-from .gmm import RESP_FLOOR
-from .gmm_init import SUMMARY_MIN_ROWS, TooFewSummariesError, init_kmeans_summaries
 
 __all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
            "RATE_FLOOR"]
@@ -95,7 +94,7 @@ class PoissonMixtureModel(Model):
     Notes
     -----
     T-map: ``π_k = S0_k / Σ S0`` with ``S0_k`` clipped below at
-    :data:`.gmm.RESP_FLOOR`, ``λ_kj = max(S1_kj / S0_k, RATE_FLOOR)``: any finite
+    :data:`._mixture.RESP_FLOOR`, ``λ_kj = max(S1_kj / S0_k, RATE_FLOOR)``: any finite
     ``s`` maps to valid parameters.
     """
 
@@ -108,13 +107,7 @@ class PoissonMixtureModel(Model):
                                   ("sum_y", (self.n_components, self.n_features))])
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
-        """Per-client mean statistics and mean observed-data log-likelihood, one pass.
-
-        Returns
-        -------
-        stats : ndarray of shape (n_active, q)
-        loglik : ndarray of shape (n_active,)
-        """
+        """:meth:`Model.client_stats`: missing counts marginalised, chunked segment sums."""
         X, seg = federation.select(clients, batch, rng)
         observed = ~np.isnan(X)
         fn = lambda a, b: poisson_row_stats(X[a:b], observed[a:b], theta)  # noqa: E731
@@ -123,17 +116,10 @@ class PoissonMixtureModel(Model):
         return sums[:, :self.q], sums[:, self.q].copy()
 
     def t_map(self, s) -> PoissonMixtureParams:
-        """Total M-step (see class Notes).
-
-        Raises
-        ------
-        ValueError
-            If ``s`` has the wrong shape or is not finite.
-        """
+        """Total M-step (see class Notes); ValueError if ``s`` is misshapen or not finite."""
         parts = self.unpack_stats(s)
-        s0 = np.maximum(parts["resp"], RESP_FLOOR)
-        rates = np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR)
-        return PoissonMixtureParams(s0 / s0.sum(), rates)
+        s0, weights = component_mass(parts["resp"])
+        return PoissonMixtureParams(weights, np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR))
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-probability of each row, shape (n,)."""
@@ -162,8 +148,7 @@ class PoissonMixtureModel(Model):
         r = self.responsibilities(X, theta)
         if sample:
             rng = check_rng(rng)
-            u = rng.random(X.shape[0])
-            k = np.minimum((np.cumsum(r, axis=1) < u[:, None]).sum(axis=1), self.n_components - 1)
+            k = draw_components(r, rng)
             fill = rng.poisson(theta.rates[k]).astype(np.float64)
         else:
             fill = r @ theta.rates
@@ -178,7 +163,7 @@ def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=
     """Initial weights and rates without moving raw rows.
 
     ``"kmeans"``: clients fill their own missing counts with the global column means (from
-    client sums) and send local k-means summaries (:func:`.gmm_init.init_kmeans_summaries`,
+    client sums) and send local k-means summaries (:func:`._summaries.filled_kmeans_summaries`,
     clusters of at least ``min_rows`` rows); the rates are the server's centroids. If the
     clients are too small to send ``K`` centroids, falls back to ``"random"``:
     ``λ_kj = mean_j exp(INIT_LOG_SPREAD ξ_kj)``, ξ ~ N(0, 1). Rates are floored at
@@ -188,18 +173,11 @@ def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=
     -------
     PoissonMixtureParams
     """
-    if method not in ("kmeans", "random"):
-        raise ValueError(f"method must be 'kmeans' or 'random'; got {method!r}.")
+    check_init_method(method)
     rng = check_rng(rng)
     K, d = model.n_components, model.n_features
-    mean = np.nanmean(federation.X, axis=0)  # column sums / counts from the clients
-    rates = None
-    if method == "kmeans":
-        filled = np.where(np.isnan(federation.X), mean, federation.X)
-        try:
-            rates = init_kmeans_summaries(Federation(filled, federation.offsets), K, rng, min_rows=min_rows)
-        except TooFewSummariesError:
-            pass  # clients too small for k-means summaries: documented fallback below
+    mean = nan_mean(federation)  # column sums / counts from the clients
+    rates = filled_kmeans_summaries(federation, mean, K, rng, min_rows) if method == "kmeans" else None
     if rates is None:
         rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((K, d)))
     return PoissonMixtureParams(np.full(K, 1.0 / K), np.maximum(rates, RATE_FLOOR))
