@@ -17,11 +17,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedemstats"
 
 #: bottom to top; a file may import its own layer (without a circle) and the layers below
 LAYERS = (
-    ("layout", "_validation", "_linalg", "ledger", "datasets"),
+    ("layout", "_validation", "_linalg", "ledger", "datasets", "_io"),
     ("federation", "participation", "compression"),
     ("models", "algorithms", "neural"),
     ("estimators", "flower", "diagnostics"),
-    ("cli", "_demo", "__init__"),
+    ("cli", "_cli_checks", "_demo", "__init__"),
 )
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 

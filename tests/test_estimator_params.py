@@ -86,3 +86,21 @@ def test_algorithms_expose_their_constructor_settings(algo):
     assert again.omega() == algo.omega() and again.resolved_alpha() == algo.resolved_alpha()
     fed = Federation(np.random.default_rng(0).normal(size=(40, 2)), [0, 20, 40])
     assert again.schedule(fed.n_clients)(3) == algo.schedule(fed.n_clients)(3)
+
+
+MLP_NON_DEFAULT = {"batch_size": 8, "client_fraction": 0.5, "hidden_layer_sizes": (7, 5), "layer_sizes": (4, 7, 3),
+                   "learning_rate": 0.02, "local_epochs": 3, "max_iter": 7, "method": "mixture", "mu": 0.5,
+                   "n_clients": 4, "n_components": 3, "random_state": 11, "server_lr": 0.3,
+                   "server_optimizer": "adam", "verbose": True, "wire_dtype": "float64"}
+
+
+def test_mlp_clone_round_trips_every_hyper_parameter_at_a_non_default_value():
+    from fedemstats.estimators import FederatedMLPClassifier
+
+    defaults = FederatedMLPClassifier().get_params()
+    assert set(MLP_NON_DEFAULT) == set(defaults), "a hyper-parameter without a test value (or a stale one)"
+    for name, value in MLP_NON_DEFAULT.items():
+        assert not _same(value, defaults[name]), name
+    params = clone(FederatedMLPClassifier(**MLP_NON_DEFAULT)).get_params()
+    for name, value in MLP_NON_DEFAULT.items():
+        assert _same(params[name], value), name
