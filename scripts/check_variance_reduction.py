@@ -10,7 +10,7 @@ To be fair to FedEM we report its *best* step over a grid.
 from __future__ import annotations
 
 import _common  # noqa: F401  (sets thread variables before numpy)
-from _common import gmm_problem, run_main, save_figure, write_table
+from _common import PAPER, gmm_problem, run_main, save_figure, write_table
 
 import pandas as pd
 
@@ -35,7 +35,7 @@ def run(quick=False, seed=0, out=None):
     """Returns ``(table, ok, message)``; writes ``variance_reduction.png`` and the table."""
     size = SIZES[quick]
     model, fed, theta0 = gmm_problem(size["n_clients"], size["rows_per_client"], DIRICHLET, seed)
-    vr = VRFedEM(model, compressor=COMPRESSOR, step_size=VR_STEP, track_h=True)
+    vr = VRFedEM(model, compressor=COMPRESSOR, step_size=VR_STEP, track_h=True, **PAPER)
     k_in, batch = vr.resolved_sizes(fed)
     # rounds needed to spend the epoch budget: VR costs 2b per worker per step plus a
     # full pass per outer loop; FedEM costs b per worker per round
@@ -44,7 +44,8 @@ def run(quick=False, seed=0, out=None):
         vr.run(fed, theta0, vr_rounds, seed).history, fed.n_rows), size["epochs"])}
     fedem_rounds = int(size["epochs"] * fed.n_rows / (batch * fed.n_clients)) + 1
     for gamma in FEDEM_STEPS:
-        algo = stochastic_fedem(model, batch, compressor=COMPRESSOR, step_size=gamma, track_h=True)
+        algo = stochastic_fedem(model, batch, compressor=COMPRESSOR, step_size=gamma, track_h=True,
+                                **PAPER)
         tables[f"FedEM γ={gamma}"] = _until(convergence_table(
             algo.run(fed, theta0, fedem_rounds, seed).history, fed.n_rows), size["epochs"])
     rows = [{"method": name, "k_in": k_in, "batch_b": batch, "epochs": tab["epochs"].iloc[-1],

@@ -20,8 +20,6 @@ SCALE_REASON = ("issue 13 class 1 (estimators): results must be equivariant to r
                 "where float64 cannot represent the problem the error must say so, not 'lower the step size'")
 
 
-@pytest.mark.xfail(strict=True, reason=SCALE_REASON + " -- exact EM diverges on 1e16-scaled data; "
-                   "scikit-learn fits it")
 def test_fit_gmm_on_data_scaled_by_1e16_succeeds(tmp_path, capsys):
     data = _scaled_sample(tmp_path, 1e16, missing=False)
     argv = ["fit", "gmm", str(data), "--client-column", "site", "--n-components", "3", "--rounds", "5",

@@ -1,28 +1,30 @@
-"""What every expectation-space algorithm shares: state, results, round 0 and the driver.
+"""What every expectation-space algorithm shares: settings, round 0, the server half and the driver.
 
 Algorithms never see raw rows: they ask a model for client statistics on a
 federation and move in statistic space (SPEC §1, §3). :class:`Algorithm` owns the
 settings common to FedEM and VR-FedEM (compressor, participation, step size, memory
-step α), round 0 (Ŝ_0 and the memories V_{0,i}), and the driver: :meth:`Algorithm.start`
-returns an :class:`AlgorithmRun` that steps one round at a time, and
-:meth:`Algorithm.run` steps it until ``n_rounds`` or the stopping rule. Subclasses
-implement one round (:meth:`Algorithm.round`) and say whether their log-likelihood
-is exact (:meth:`Algorithm.exact_loglik`).
+step α, geometry, safeguard), round 0 (Ŝ_0 and the memories V_{0,i}), the server half
+of a round (:meth:`Algorithm.server_step`: direction, step rule, safeguard, convergence
+test) and the driver: :meth:`Algorithm.start` returns an :class:`AlgorithmRun` that
+steps one round at a time, and :meth:`Algorithm.run` steps it until ``n_rounds`` or
+the stopping rule. Subclasses implement one round (:meth:`Algorithm.round`).
 """
 from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .._validation import check_int, check_positive, check_rng
 from ..compression import make_compressor
 from ..ledger import FLOAT64_BITS, BitLedger
+from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
+from .controller import StepController
+from .server import check_iterate, direction
 from .history import History
+from .state import ENTROPY_BOUND, AlgorithmRun, AlgorithmState, FitResult, draw_entropy
 from .step_size import StepSize, auto_step_size, effective_omega, make_step_size
 
 __all__ = ["Algorithm", "AlgorithmRun", "AlgorithmState", "FitResult", "draw_entropy", "V_INIT_CHOICES",
@@ -31,107 +33,6 @@ __all__ = ["Algorithm", "AlgorithmRun", "AlgorithmState", "FitResult", "draw_ent
 logger = logging.getLogger(__name__)
 
 V_INIT_CHOICES = ("mean-field", "zero")
-#: entropy of the per-client random streams is drawn below this bound (fits int64)
-ENTROPY_BOUND = 2**62
-
-
-def draw_entropy(rng) -> int:
-    """The run's public entropy for ``client_round_rng``, drawn from the server's Generator."""
-    return int(rng.integers(ENTROPY_BOUND))
-
-
-@dataclass
-class AlgorithmState:
-    """Server and client memories of an expectation-space algorithm.
-
-    Attributes
-    ----------
-    s_hat : ndarray of shape (q,)
-        Current statistic iterate Ŝ_k.
-    v : ndarray of shape (q,)
-        Server memory V_k (= sum_i w_i V_{k,i}).
-    v_clients : ndarray of shape (n_clients, q)
-        Client memories V_{k,i} (each lives on its client).
-    round : int
-        Rounds completed.
-    entropy : int
-        Public seed of the per-client random streams (see ``client_round_rng``).
-    extra : dict
-        Algorithm-specific state (e.g. VR-FedEM's local statistics).
-    """
-
-    s_hat: np.ndarray
-    v: np.ndarray
-    v_clients: np.ndarray
-    round: int = 0
-    entropy: int = 0
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass
-class FitResult:
-    """What an algorithm run returns.
-
-    Attributes
-    ----------
-    theta : parameters T(Ŝ) at the end
-    state : AlgorithmState
-    history : pandas.DataFrame
-        One row per round (round 0 is the initialisation): ``loglik``, ``h_norm2``
-        (NaN unless tracked), ``uplink_bits``, ``downlink_bits``, ``n_active``,
-        ``step_size``, ``n_cond_exp``, ``cumulative_bits`` (see :class:`.history.History`).
-    ledger : BitLedger
-    converged : bool
-    """
-
-    theta: object
-    state: AlgorithmState
-    history: pd.DataFrame
-    ledger: BitLedger
-    converged: bool = False
-
-
-class AlgorithmRun:
-    """A run in progress, returned by :meth:`Algorithm.start` once round 0 is done.
-
-    Attributes
-    ----------
-    algorithm : Algorithm
-    federation : Federation
-    state : AlgorithmState
-        Updated in place by every :meth:`step`.
-    ledger : BitLedger
-    records : History
-        The rows so far (:attr:`history` is their DataFrame).
-    rng : numpy.random.Generator
-        The server's generator (participation, mini-batches).
-    """
-
-    def __init__(self, algorithm, federation, state, rng, ledger, records):
-        self.algorithm, self.federation, self.state = algorithm, federation, state
-        self.rng, self.ledger, self.records = rng, ledger, records
-        self.schedule = algorithm.schedule(federation.n_clients)
-        self.alpha = algorithm.resolved_alpha()
-
-    def step(self) -> dict:
-        """Run round k -> k+1 with γ_{k+1} from the schedule; returns the round's history row."""
-        gamma = self.schedule(self.state.round + 1)
-        self.algorithm.round(self.state, self.federation, self.rng, gamma, self.alpha, self.ledger, self.records)
-        return self.records.last()
-
-    @property
-    def history(self) -> pd.DataFrame:
-        """One row per round so far (round 0 first)."""
-        return self.records.to_frame()
-
-    @property
-    def theta(self):
-        """Current parameters T(Ŝ_k)."""
-        return self.algorithm.model.t_map(self.state.s_hat)
-
-    def result(self, converged=False) -> FitResult:
-        """The run so far as a :class:`FitResult`."""
-        return FitResult(self.theta, self.state, self.history, self.ledger, bool(converged))
 
 
 class Algorithm:
@@ -144,13 +45,19 @@ class Algorithm:
         See :func:`fedemstats.compression.make_compressor`.
     participation : float, int or Participation, default=1.0
         See :func:`fedemstats.participation.make_participation`.
-    step_size : float, "auto" or callable, default=1.0
-        γ_k (see :func:`.step_size.make_step_size`).
+    step_size : float, "auto", "theory" or callable, default="auto"
+        γ_k (see :func:`.step_size.make_step_size`); ``"auto"`` adapts to the noise the
+        server measures (:mod:`.controller`).
     alpha : float, optional
         Memory step; default ``1 / (1 + ω)`` (paper 003, Theorems 1 and 3).
     track_h : bool, default=False
         Record the exact mean-field norm ||h(Ŝ_k)||² each round (a full pass; a
         diagnostic, not counted in the ledger).
+    precondition : bool, default=True
+        Compress in the model's geometry (``model.geometry``); ω is then measured on
+        the geometry's blocks.
+    safeguard : bool, default=True
+        Trust region and log-likelihood watchdog in noisy regimes (:mod:`.controller`).
 
     Notes
     -----
@@ -160,15 +67,19 @@ class Algorithm:
 
     #: V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0 ("mean-field", Theorem 1's choice) or 0 ("zero")
     v_init = "mean-field"
+    #: rows per client per round; None = exact local means (FedEM and VR-FedEM set it)
+    batch_size = None
 
-    def __init__(self, model, compressor="identity", participation=1.0, step_size=1.0, alpha=None,
-                 track_h=False):
+    def __init__(self, model, compressor="identity", participation=1.0, step_size="auto", alpha=None,
+                 track_h=False, precondition=True, safeguard=True):
         self.model = model
         self.compressor = make_compressor(compressor)
         self.participation = make_participation(participation)
         self.step_size = step_size
         self.alpha = None if alpha is None else check_positive(alpha, "alpha", strict=False)
         self.track_h = bool(track_h)
+        self.precondition = bool(precondition)
+        self.safeguard = bool(safeguard)
 
     def get_params(self) -> dict:
         """The constructor arguments as stored (compressor and participation as objects)."""
@@ -176,18 +87,51 @@ class Algorithm:
         return {name: getattr(self, name) for name in names}
 
     # ------------------------------------------------------------------ derived settings
-    def omega(self) -> float:
-        """The compressor's ω on this model's statistic layout."""
-        return float(self.compressor.omega(self.model.q, self.model.layout.offsets))
+    def omega(self, geometry=None) -> float:
+        """The compressor's ω on the blocks it quantises (the geometry's, else the layout's)."""
+        blocks = self.model.layout.offsets if geometry is None else geometry.blocks
+        return float(self.compressor.omega(self.model.q, blocks))
 
-    def resolved_alpha(self) -> float:
+    def resolved_alpha(self, geometry=None) -> float:
         """α: the given one, else ``1 / (1 + ω)``."""
-        return 1.0 / (1.0 + self.omega()) if self.alpha is None else self.alpha
+        return 1.0 / (1.0 + self.omega(geometry)) if self.alpha is None else self.alpha
+
+    def full_batches(self) -> bool:
+        """Whether clients evaluate all their rows every round (no mini-batch noise)."""
+        return self.batch_size is None
+
+    def stochastic(self, n_clients) -> bool:
+        """Whether the direction H is noisy: compression, partial participation or mini-batches."""
+        return (self.omega() > 0.0 or not self.full_batches()
+                or bool(np.any(self.participation.inclusion(n_clients) < 1.0)))
 
     def schedule(self, n_clients):
-        """The step sizes γ_k for ``n_clients`` clients (``"auto"`` depends on n, ω and π)."""
-        return make_step_size(self.step_size, omega=self.omega(), n_clients=n_clients,
+        """The step sizes γ_k of a user or theorem rule (``"auto"``: the exact-EM step, 1)."""
+        spec = 1.0 if isinstance(self.step_size, str) and self.step_size == "auto" else self.step_size
+        return make_step_size(spec, omega=self.omega(), n_clients=n_clients,
                               inclusion=self.participation.inclusion(n_clients))
+
+    def controller(self, n_clients) -> StepController:
+        """The server's step rule, safeguard and convergence test for ``n_clients`` clients."""
+        stochastic = self.stochastic(n_clients)
+        adaptive = isinstance(self.step_size, str) and self.step_size == "auto" and stochastic
+        return StepController(None if adaptive else self.schedule(n_clients), stochastic, self.safeguard,
+                              watchdog=self.full_batches())
+
+    def client_geometry(self, theta, s_hat):
+        """Where clients compress: the model's geometry at (θ, Ŝ), unless ``precondition=False``
+        or the compressor is lossless (then the raw coordinates, so exact EM stays bit-exact)."""
+        if self.precondition and self.omega() > 0.0:
+            return self.model.geometry(theta, s_hat)
+        return IdentityGeometry(self.model.layout)
+
+    def round_geometries(self, theta, s_hat, n_clients):
+        """(trust, coords): the geometry the safeguard and the step rule measure in (the
+        model's in noisy regimes), and :meth:`client_geometry`."""
+        coords = self.client_geometry(theta, s_hat)
+        if not self.stochastic(n_clients) or coords is not None and not isinstance(coords, IdentityGeometry):
+            return coords, coords
+        return self.model.geometry(theta, s_hat), coords
 
     def h_norm2(self, federation, s_hat) -> float:
         """||h(Ŝ)||² if ``track_h`` (a full diagnostic pass), else NaN."""
@@ -228,9 +172,12 @@ class Algorithm:
         else:
             stats1, loglik1 = upload1
             v_clients = stats1 - s_hat[None, :]
-            extra = {"mean_field_stats": stats1, "mean_field_loglik": float(weights @ loglik1)}
+            extra = {"mean_field_stats": stats1, "mean_field_loglik_clients": np.asarray(loglik1, dtype=float)}
         state = AlgorithmState(s_hat=s_hat, v=weights @ v_clients, v_clients=v_clients, entropy=int(entropy),
-                               extra=extra)
+                               extra=extra, scale=float(np.max(np.abs(s_hat))))
+        # the rounds' log-likelihood memories start from the clients' last exact report
+        last = loglik0 if upload1 is None else upload1[1]
+        state.control = self.controller(weights.shape[0]).start(last)
         return state, float(weights @ loglik0)
 
     def round_zero(self, client_stats, theta0, weights, entropy):
@@ -261,17 +208,68 @@ class Algorithm:
                        n_cond_exp=(1 + extra_pass) * federation.n_rows)
         return state
 
-    # ------------------------------------------------------------------ hooks
-    def round(self, state, federation, rng, gamma, alpha, ledger, history):
-        """Run round k -> k+1 in place on ``state``, recording it in ``ledger`` and ``history``."""
-        raise NotImplementedError
+    # ------------------------------------------------------------------ server half
+    def server_step(self, state, weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol=None) -> dict:
+        """Server half of round k -> k+1, in place on ``state``; pure given its inputs.
 
-    def exact_loglik(self, state, federation) -> bool:
-        """Whether the rounds' log-likelihood is exact (then ``tol`` may stop a run)."""
+        Parameters
+        ----------
+        state : AlgorithmState
+            With ``state.control`` (:class:`.controller.ControllerState`).
+        weights : ndarray of shape (n_clients,)
+        active : ndarray of int of shape (m,)
+        pi : ndarray of shape (m,)
+        q_rows : ndarray of shape (m, q)
+            Decoded messages (raw coordinates).
+        loglik : ndarray of shape (m,)
+            ℓ_i(θ_k) reported by the active clients.
+        noise : tuple of ndarray of shape (m,)
+            (signal², noise²) of each message in the geometry (:func:`message_noise`).
+        geometries : tuple (Geometry, Geometry)
+            This round's (trust, coords) of :meth:`round_geometries`: the trust region is
+            measured in the first, the noise of the messages in the second.
+        alpha : float
+        tol : float, optional
+            Convergence threshold (see :meth:`.controller.StepController.converged`).
+
+        Returns
+        -------
+        dict
+            The round's history fields: ``loglik``, ``loglik_se``, ``step_size``,
+            ``step_fraction``, ``noise_ratio``, ``rejected``, ``gain``, ``converged``.
+        """
+        ctl, cs, k = self.controller(weights.shape[0]), state.control, state.round
+        geometry, coords = geometries
+        w = weights[active]
+        h, state.v = direction(state.v, q_rows, w, pi, alpha)
+        ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)
+        converged, gain = ctl.converged(cs, ll, var, tol, cs.last_move)
+        row = {"loglik": ll, "loglik_se": float(np.sqrt(var)), "gain": gain, "converged": converged,
+               "rejected": False, "step_fraction": 1.0, "noise_ratio": np.nan}
+        if ctl.rejects(cs, ll, var, tol or 0.0):
+            state.s_hat = ctl.reject(cs)
+            row.update(step_size=0.0, step_fraction=0.0, rejected=True, converged=False)
+        else:
+            hy = coords.forward(h[None, :])[0]
+            noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
+            gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy))
+            fraction = geometry.step_fraction(state.s_hat, gamma * h) if ctl.safeguard else 1.0
+            ctl.accept(cs, state.s_hat, ll, var, gamma, fraction)
+            state.s_hat = state.s_hat + fraction * gamma * h
+            row.update(step_size=gamma, step_fraction=fraction,
+                       noise_ratio=cs.noise_avg / cs.total_avg if cs.total_avg else np.nan)
+            check_iterate(state.s_hat, k + 1, gamma, state.scale)
+        state.round = k + 1
+        return row
+
+    # ------------------------------------------------------------------ hooks
+    def round(self, state, federation, rng, alpha, ledger, history, tol=None):
+        """Run round k -> k+1 in place on ``state``, recording it in ``ledger`` and ``history``;
+        the row's ``converged`` says whether the convergence test held with ``tol``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ driver
-    def start(self, federation, theta0, random_state=None) -> AlgorithmRun:
+    def start(self, federation, theta0, random_state=None, tol=None) -> AlgorithmRun:
         """Round 0 from θ_0; returns the run to :meth:`AlgorithmRun.step`.
 
         Parameters
@@ -280,11 +278,13 @@ class Algorithm:
         theta0 : parameters
             Initial θ_0 (e.g. from the model's federated initialisation).
         random_state : None, int or Generator
+        tol : float, optional
+            Threshold of the convergence test reported in each row's ``converged``.
         """
         rng = check_rng(random_state)
         ledger, records = BitLedger(), History()
         state = self.init_state(federation, theta0, rng, ledger, records)
-        return AlgorithmRun(self, federation, state, rng, ledger, records)
+        return AlgorithmRun(self, federation, state, rng, ledger, records, tol)
 
     def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None) -> FitResult:
         """Round 0, then up to ``n_rounds`` rounds.
@@ -297,8 +297,9 @@ class Algorithm:
             Rounds after the initialisation (round 0).
         random_state : None, int or Generator
         tol : float, optional
-            Stop when the mean log-likelihood changes by less than ``tol`` between
-            rounds; only used when it is exact (:meth:`exact_loglik`).
+            Stop when the convergence test holds (:meth:`.controller.StepController.converged`):
+            for exact EM the mean log-likelihood changes by less than ``tol``; for noisy
+            runs its gain per unit step, and its standard error, stay below ``tol``.
         progress : callable, optional
             Called as ``progress(round, history_row)`` after each round.
 
@@ -307,14 +308,13 @@ class Algorithm:
         FitResult
         """
         n_rounds = check_int(n_rounds, "n_rounds", minimum=0)
-        run = self.start(federation, theta0, random_state)
-        use_tol = tol is not None and self.exact_loglik(run.state, federation)
+        run = self.start(federation, theta0, random_state, tol)
         converged = False
         for _ in range(n_rounds):
             row = run.step()
             if progress is not None:
                 progress(row["round"], row)
-            if use_tol and abs(run.records.delta("loglik")) < tol:
+            if row.get("converged", False):
                 converged = True
                 break
         logger.debug("%s finished after %d rounds (converged=%s)", type(self).__name__, run.state.round, converged)

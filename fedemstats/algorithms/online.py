@@ -66,11 +66,11 @@ def online_em(model, batch_size, *, gamma0=1.0, power=DEFAULT_ONLINE_POWER, part
         raise ValueError(f"online EM needs gamma0 in (0, 1]; got {gamma0!r}.")
     return FedEM(model, compressor=compressor, participation=participation,
                  step_size=StepSize(gamma0, power), alpha=0.0, v_init="zero",
-                 batch_size=check_int(batch_size, "batch_size"), track_h=track_h)
+                 batch_size=check_int(batch_size, "batch_size"), track_h=track_h, safeguard=False)
 
 
 def stochastic_fedem(model, batch_size, *, compressor="identity", participation=1.0, step_size="auto",
-                     alpha=None, track_h=False) -> FedEM:
+                     alpha=None, track_h=False, precondition=True, safeguard=True) -> FedEM:
     """FedEM whose clients use mini-batches of ``batch_size`` rows (σ² > 0, Theorem 1).
 
     Returns
@@ -79,19 +79,22 @@ def stochastic_fedem(model, batch_size, *, compressor="identity", participation=
     """
     return FedEM(model, compressor=compressor, participation=participation, step_size=step_size,
                  alpha=alpha, v_init="mean-field", batch_size=check_int(batch_size, "batch_size"),
-                 track_h=track_h)
+                 track_h=track_h, precondition=precondition, safeguard=safeguard)
 
 
 def naive_compressed_em(model, compressor, *, participation=1.0, step_size="auto", batch_size=None,
-                        track_h=False) -> FedEM:
+                        track_h=False, precondition=True) -> FedEM:
     """Compressed federated EM without control variates: α = 0, V_{0,i} = 0 (SPEC §3).
 
     Clients send Quant(S_{k+1,i} − Ŝ_k); under heterogeneity these differences do not
-    vanish at the fixed point, so the compression noise never does (paper 003 §2).
+    vanish at the fixed point, so the compression noise never does (paper 003 §2). It
+    compresses in the same geometry as FedEM, without the safeguard: a baseline whose
+    only difference from FedEM is the memories.
 
     Returns
     -------
     FedEM
     """
     return FedEM(model, compressor=compressor, participation=participation, step_size=step_size,
-                 alpha=0.0, v_init="zero", batch_size=batch_size, track_h=track_h)
+                 alpha=0.0, v_init="zero", batch_size=batch_size, track_h=track_h, safeguard=False,
+                 precondition=precondition)

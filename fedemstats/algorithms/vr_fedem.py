@@ -5,8 +5,8 @@ Each worker keeps a local statistic S_{t,k,i} that it moves by mini-batch
 and refreshes to its exact local mean at the start of every outer loop (line 20),
 which cancels the bias of the control variate. The quantised difference to the
 server, the memories V_i and the server step are FedEM's own
-:func:`~fedemstats.algorithms.fedem.client_update` and
-:func:`~fedemstats.algorithms.fedem.server_update` (lines 9-15 are lines 7-16 of
+:func:`~fedemstats.algorithms.server.client_update` and
+:meth:`~fedemstats.algorithms.base.Algorithm.server_step` (lines 9-15 are lines 7-16 of
 Algorithm 1 with p = 1).
 
 One *round* is one inner iteration (one communication); outer loop t covers
@@ -19,12 +19,13 @@ import math
 
 import numpy as np
 
-from .._validation import check_int, client_round_rng
+from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from ..participation import FullParticipation
 from .base import Algorithm
-from .fedem import client_update, server_update
+from .server import client_update, message_noise
 from .step_size import vr_fedem_batch_size
+from .streams import round_streams
 
 __all__ = ["VRFedEM", "default_k_in", "FULL_BATCH"]
 
@@ -63,9 +64,9 @@ class VRFedEM(Algorithm):
     """
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
-                 alpha=None, batch_size=None, k_in=None, track_h=False):
+                 alpha=None, batch_size=None, k_in=None, track_h=False, precondition=True, safeguard=True):
         # the mean-field initialisation is Theorem 3's V_{1,0,i} = h_i(S_init): Algorithm's default v_init
-        super().__init__(model, compressor, participation, step_size, alpha, track_h)
+        super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard)
         if not isinstance(self.participation, FullParticipation):
             raise ValueError(
                 "VR-FedEM (paper 003, Algorithm 2) is defined for full participation only: its "
@@ -77,6 +78,10 @@ class VRFedEM(Algorithm):
         self.batch_size = batch_size
 
     # ------------------------------------------------------------------ setup
+    def full_batches(self) -> bool:
+        """Only ``batch_size="full"`` evaluates every row (else Theorem 3's mini-batches)."""
+        return self.batch_size == FULL_BATCH
+
     def resolved_sizes(self, federation):
         """``(k_in, b)`` for this federation; ``b`` is None for full local passes.
 
@@ -106,12 +111,8 @@ class VRFedEM(Algorithm):
         k_in, batch = self.resolved_sizes(federation)
         state.extra = {"s_local": state.extra.pop("mean_field_stats"), "s_prev": state.s_hat.copy(),
                        "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
-                       "loglik": state.extra.pop("mean_field_loglik")}
+                       "loglik": state.extra.pop("mean_field_loglik_clients")}
         return state
-
-    def exact_loglik(self, state, federation) -> bool:
-        """Exact only with ``batch_size="full"`` (else a mini-batch estimate)."""
-        return state.extra["batch"] is None
 
     # ------------------------------------------------------------------ one round
     def start_outer_loop(self, state, federation) -> int:
@@ -119,8 +120,7 @@ class VRFedEM(Algorithm):
         refreshes S_{t+1,0,i} to its exact local mean. Returns the rows evaluated."""
         ex = state.extra
         stats, loglik = self.model.client_stats(federation, self.model.t_map(state.s_hat))
-        ex.update(s_local=stats, s_prev=state.s_hat.copy(), inner=0, outer=ex["outer"] + 1,
-                  loglik=float(federation.weights @ loglik))
+        ex.update(s_local=stats, s_prev=state.s_hat.copy(), inner=0, outer=ex["outer"] + 1, loglik=loglik)
         return federation.n_rows
 
     def control_variate_step(self, state, federation, rng) -> int:
@@ -131,29 +131,29 @@ class VRFedEM(Algorithm):
         new, loglik = model.segment_stats(X, seg, model.t_map(state.s_hat))
         old, _ = model.segment_stats(X, seg, model.t_map(ex["s_prev"]))
         ex["s_local"] = ex["s_local"] + (new - old)
-        ex["loglik"] = float(federation.weights @ loglik)
+        ex["loglik"] = loglik
         return 2 * X.shape[0]
 
-    def round(self, state, federation, rng, gamma, alpha, ledger, history):
+    def round(self, state, federation, rng, alpha, ledger, history, tol=None):
         """One inner iteration (t, k) -> (t, k+1) in place on ``state``."""
         ex, n = state.extra, federation.n_clients
         n_cond_exp = self.start_outer_loop(state, federation) if ex["inner"] == ex["k_in"] else 0
         # at k = 0, Ŝ_{t,0} = Ŝ_{t,-1}: the difference in line 8 is exactly zero
         if ex["inner"] > 0:
             n_cond_exp += self.control_variate_step(state, federation, rng)
-        rngs = [client_round_rng(state.entropy, state.round, i) for i in range(n)]
+        everyone = np.arange(n)
+        geometries = self.round_geometries(self.model.t_map(state.s_hat), state.s_hat, n)
         message, q_rows, state.v_clients = client_update(
-            ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha, rngs,
-            self.model.layout.offsets)
+            ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha,
+            round_streams(state.entropy, state.round, everyone), geometries[1])
         ex["s_prev"] = state.s_hat
-        state.s_hat, state.v, _ = server_update(state.s_hat, state.v, q_rows, federation.weights,
-                                                np.ones(n), gamma, alpha)
+        row = self.server_step(state, federation.weights, everyone, np.ones(n), q_rows, ex["loglik"],
+                               message_noise(self.compressor, message), geometries, alpha, tol)
         ex["inner"] += 1
-        state.round += 1
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS
         downlink = n * self.model.q * FLOAT64_BITS
         ledger.record(state.round, uplink, downlink, n)
-        history.append(round=state.round, loglik=ex["loglik"], uplink_bits=uplink, downlink_bits=downlink,
-                       n_active=n, step_size=gamma, n_cond_exp=n_cond_exp, outer=ex["outer"],
-                       h_norm2=self.h_norm2(federation, state.s_hat))
+        history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
+                       n_cond_exp=n_cond_exp, outer=ex["outer"], h_norm2=self.h_norm2(federation, state.s_hat),
+                       **row)
         return state

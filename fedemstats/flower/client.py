@@ -15,9 +15,10 @@ import numpy as np
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from .._validation import check_array_2d, client_round_rng
-from ..algorithms.fedem import client_update
-from ..compression import make_compressor
+from .._validation import check_array_2d
+from ..algorithms import FedEM
+from ..algorithms.server import client_update
+from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
@@ -119,16 +120,19 @@ class _Node:
                                "loglik": float(loglik[0])})
 
     def train(self, message: Message, context: Context) -> Message:
-        """One FedEM round: S_i at T(Ŝ_k), Δ_i, q_i = Quant(Δ_i) via ``client_update``."""
+        """One FedEM round: S_i at T(Ŝ_k), Δ_i, q_i = P⁻¹ Quant(P Δ_i) via ``client_update``."""
         config = message.content[P.CONFIG]
         self._check_partition(config, context)
         model, fed = self._model_and_federation(message, context)
         arrays = from_array_record(message.content[P.ARRAYS])
         s_hat, v_i = arrays["s_hat"], arrays["v"]
-        stats, loglik = model.client_stats(fed, model.t_map(s_hat))
-        rng = client_round_rng(int(config["entropy"]), int(config["round"]), int(config["client"]))
-        compressed, _, _ = client_update(stats, s_hat, v_i[None, :], make_compressor(str(config["compressor"])),
-                                         float(config["alpha"]), [rng], model.layout.offsets)
+        theta = model.t_map(s_hat)
+        stats, loglik = model.client_stats(fed, theta)
+        # the same geometry the server derives from the same public (θ, Ŝ)
+        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]))
+        streams = round_streams(int(config["entropy"]), int(config["round"]), [int(config["client"])])
+        compressed, _, _ = client_update(stats, s_hat, v_i[None, :], algo.compressor, float(config["alpha"]),
+                                         streams, algo.client_geometry(theta, s_hat))
         payload, payload_meta = compressed_to_records(compressed)
         return _reply(message, metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
                                         "loglik": float(loglik[0])},

@@ -16,8 +16,10 @@ RUN_CONFIG_KEYS = {
     "num-rounds": "n_rounds", "compressor": "compressor", "participation": "participation",
     "step-size": "step_size", "alpha": "alpha", "v-init": "v_init", "seed": "seed",
     "round-timeout": "round_timeout", "min-nodes": "min_nodes", "node-wait": "node_wait",
-    "output": "output",
+    "output": "output", "precondition": "precondition", "safeguard": "safeguard",
 }
+#: the named step-size rules (FedEM's ``step_size``)
+STEP_RULES = ("auto", "theory")
 #: TOML has no null: this run-config value of ``alpha`` means "default 1 / (1 + omega)"
 ALPHA_DEFAULT = "default"
 
@@ -35,7 +37,7 @@ class FedEMSettings:
     participation : float or int
         As :func:`fedemstats.participation.make_participation`: 1.0 everyone, p in (0, 1)
         Bernoulli(p), int k FixedSize(k). Sampled over *clients* (partitions), seeded.
-    step_size : float or "auto"
+    step_size : float, "auto" or "theory"
     alpha : float, optional
         Memory step; ``None`` is ``1 / (1 + omega)``.
     v_init : {"mean-field", "zero"}
@@ -49,6 +51,10 @@ class FedEMSettings:
     node_wait : float
         Seconds to wait for ``min_nodes`` nodes to connect, and for each exchange of
         round 0 (which needs every client, unlike the rounds).
+    precondition : bool
+        Compress in the model's geometry (as ``FedEM(precondition=...)``; sent to the nodes).
+    safeguard : bool
+        Trust region and log-likelihood watchdog of the server step (as ``FedEM(safeguard=...)``).
     output : str
         If not empty, path of a JSON file with the result, rewritten after every round.
     """
@@ -64,6 +70,8 @@ class FedEMSettings:
     min_nodes: int = 1
     node_wait: float = 60.0
     output: str = ""
+    precondition: bool = True
+    safeguard: bool = True
 
     def __post_init__(self):
         check_int(self.n_rounds, "n_rounds", minimum=0)
@@ -71,8 +79,8 @@ class FedEMSettings:
             raise ValueError("compressor must be a spec string (it is sent to the nodes as text).")
         make_compressor(self.compressor)
         make_participation(self.participation)
-        if not (self.step_size == "auto" or isinstance(self.step_size, numbers.Real)):
-            raise ValueError(f"step_size must be a positive float or 'auto'; got {self.step_size!r}.")
+        if not (self.step_size in STEP_RULES or isinstance(self.step_size, numbers.Real)):
+            raise ValueError(f"step_size must be a positive float, 'auto' or 'theory'; got {self.step_size!r}.")
         if isinstance(self.step_size, numbers.Real):
             check_positive(self.step_size, "step_size")
         if self.alpha is not None:
@@ -83,6 +91,9 @@ class FedEMSettings:
         check_positive(self.round_timeout, "round_timeout")
         check_int(self.min_nodes, "min_nodes")
         check_positive(self.node_wait, "node_wait")
+        for name in ("precondition", "safeguard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}.")
 
     @classmethod
     def from_run_config(cls, run_config, base=None) -> "FedEMSettings":
@@ -104,7 +115,8 @@ class FedEMSettings:
         """The in-process FedEM these settings describe (its round 0, α and step sizes
         are the ones the Flower strategy applies)."""
         return FedEM(model, compressor=self.compressor, participation=self.participation,
-                     step_size=self.step_size, alpha=self.alpha, v_init=self.v_init)
+                     step_size=self.step_size, alpha=self.alpha, v_init=self.v_init,
+                     precondition=self.precondition, safeguard=self.safeguard)
 
     def as_dict(self) -> dict:
         """Plain dict of the settings (JSON-ready)."""

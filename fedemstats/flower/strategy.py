@@ -4,7 +4,8 @@
 with :mod:`fedemstats.participation` from the seeded server generator, exactly as
 :meth:`FedEM.round` does, and sends each sampled node Ŝ_k, its memory V_{k,i} and
 the round config. ``aggregate_train`` is a pure reduction: it decodes the replies
-and calls the engine's own :func:`~fedemstats.algorithms.fedem.server_update`.
+and calls the engine's own server half (:meth:`~fedemstats.algorithms.base.Algorithm.server_step`:
+direction, step rule, safeguard), so a Flower run takes the steps an in-process run takes.
 A sampled node that fails or does not answer within the round timeout simply does
 not participate in that round (see ``docs/flower.md`` for what this does to the
 round's unbiasedness); its memory V_i is left unchanged, so V = Σ w_i V_i holds.
@@ -20,7 +21,7 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
 from ..algorithms.base import draw_entropy
-from ..algorithms.fedem import memory_update, server_update
+from ..algorithms.server import decode_messages, memory_update
 from ..ledger import FLOAT64_BITS
 from . import protocol as P
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
@@ -79,7 +80,8 @@ class FedEMStrategy(Strategy):
         self.state, loglik = self.algorithm.round_zero(lambda theta: self._collect_stats(grid, theta), theta0,
                                                        self.weights, draw_entropy(self.rng))
         n = len(self.partitions)
-        self.alpha, self.schedule = self.algorithm.resolved_alpha(), self.algorithm.schedule(n)
+        self.alpha = self.algorithm.resolved_alpha(
+            self.algorithm.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
         self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], loglik=loglik,
                         step_size=float("nan"), uplink_bits=0, reply_bytes=0)
 
@@ -123,7 +125,7 @@ class FedEMStrategy(Strategy):
         st, n = self.state, len(self.partitions)
         active, pi = self.algorithm.participation.sample(st.round, n, self.rng)
         round_config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
-                        "compressor": self.settings.compressor}
+                        "compressor": self.settings.compressor, "precondition": self.settings.precondition}
         messages, client_of_node = [], {}
         for client in (int(c) for c in active):
             node = self.registry.node_of.get(self.partitions[client])
@@ -139,7 +141,7 @@ class FedEMStrategy(Strategy):
         return messages
 
     def _decode(self, replies):
-        """client -> (q_i row, loglik, bits, reply bytes) of the valid replies of this round."""
+        """client -> (message, loglik, reply bytes) of the valid replies of this round."""
         client_of_node, got = self._pending["client_of_node"], {}
         for reply in replies:
             node = int(reply.metadata.src_node_id)
@@ -151,32 +153,30 @@ class FedEMStrategy(Strategy):
             if int(reply.content[P.METRICS][P.PARTITION_ID]) != self.partitions[client]:
                 logger.warning("node %d answered for another partition; dropped.", node)
                 continue
-            msg = compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META])
-            compressor = self.algorithm.compressor
-            got[client] = (compressor.decompress(msg)[0], float(reply.content[P.METRICS]["loglik"]),
-                           compressor.bits(msg), wire_bytes(reply))
+            got[client] = (compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META]),
+                           float(reply.content[P.METRICS]["loglik"]), wire_bytes(reply))
         return got
 
     def aggregate_train(self, server_round, replies):
-        """Decode the q_i received and apply the engine's ``server_update`` (pure reduction)."""
-        st, pend = self.state, self._pending
+        """Decode the q_i received and apply the engine's server half (a pure reduction)."""
+        st, pend, algo, n = self.state, self._pending, self.algorithm, len(self.partitions)
         got = self._decode(replies)
         idx = np.array(sorted(got), dtype=np.int64)
         pi_of = dict(zip((int(a) for a in pend["active"]), pend["pi"]))
         pi = np.array([pi_of[int(i)] for i in idx], dtype=np.float64)
-        q_rows = np.array([got[int(i)][0] for i in idx]).reshape(idx.size, self.model.q)
-        gamma, w = self.schedule(server_round), self.weights[idx]
-        st.s_hat, st.v, _ = server_update(st.s_hat, st.v, q_rows, w, pi, gamma, self.alpha)
+        geometries = algo.round_geometries(self.model.t_map(st.s_hat), st.s_hat, n)
+        messages = [got[int(i)][0] for i in idx]
+        q_rows, noise, bits = decode_messages(algo.compressor, messages, geometries[1], self.model.q)
+        loglik = np.array([got[int(i)][1] for i in idx], dtype=np.float64)
         # the mirror applies the same q_i the node used: V_{k+1,i} = V_{k,i} + α q_i
         st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, self.alpha)
-        st.round += 1
+        step = algo.server_step(st, self.weights, idx, pi, q_rows, loglik, noise, geometries, self.alpha)
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
-        loglik = float((w / pi) @ np.array([got[int(i)][1] for i in idx])) if idx.size else float("nan")
         row = self._log_round(
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),
-            failed_partitions=failed, loglik=loglik, step_size=float(gamma),
-            uplink_bits=int(sum(got[int(i)][2] for i in idx)) + int(idx.size) * FLOAT64_BITS,
-            reply_bytes=int(sum(got[int(i)][3] for i in idx)), downlink_bytes=pend["downlink_bytes"])
+            failed_partitions=failed, uplink_bits=int(bits) + int(idx.size) * FLOAT64_BITS,
+            reply_bytes=int(sum(got[int(i)][2] for i in idx)), downlink_bytes=pend["downlink_bytes"],
+            **{k: _plain(v) for k, v in step.items()})
         metrics = {k: row[k] for k in ("n_sampled", "n_active", "uplink_bits", "reply_bytes")}
         return to_array_record(s_hat=st.s_hat), MetricRecord(metrics)
 
@@ -238,3 +238,8 @@ class FedEMStrategy(Strategy):
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.result(), fh)
         os.replace(tmp, path)  # readers never see a half-written file
+
+
+def _plain(value):
+    """A JSON-ready scalar (history rows go to the result file)."""
+    return value.item() if isinstance(value, np.generic) else value

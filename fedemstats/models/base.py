@@ -20,6 +20,7 @@ import numpy as np
 
 from ..federation import Federation
 from ..layout import StatLayout
+from ._geometry import IdentityGeometry
 
 __all__ = ["Model", "mean_field", "mean_field_norm2"]
 
@@ -145,6 +146,10 @@ class Model:
         s : ndarray of shape (q,)
         """
         raise NotImplementedError(f"{type(self).__name__} does not define t_map.")
+
+    def geometry(self, theta, s_hat):
+        """The invertible linear map in which clients compress (default: the raw coordinates)."""
+        return IdentityGeometry(self.layout)
 
     def check_stats(self, s) -> np.ndarray:
         """``s`` as a float64 vector of shape (q,); ValueError if the shape is wrong or

@@ -1,0 +1,203 @@
+"""The server's decisions in a FedEM round: step size, safeguard and convergence (issues 11, 12).
+
+Every decision is a pure function of what the server receives in a round (the decoded
+messages, the compressor's estimate of their noise, each active client's mean
+log-likelihood) and of the public iterate, so an in-process run and a Flower run take
+the same steps. See ``docs/fedem.md`` ("Step size", "Safeguard", "Convergence").
+
+Three estimates drive it.
+
+* **Log-likelihood with a control variate.** The server keeps the last log-likelihood
+  ℓ̃_i each client reported and estimates ℓ(θ_k) = Σ_i w_i ℓ_i(θ_k) by
+  ``Σ_i w_i ℓ̃_i + Σ_{i∈A} (w_i/π_i)(ℓ_i(θ_k) − ℓ̃_i)``: unbiased given the memories,
+  exact under full participation, and its variance vanishes as the iterates settle
+  (the same device as FedEM's memories V_i, applied to one scalar per client).
+* **Noise of the direction.** H = V + Σ_{i∈A} (w_i/π_i) q_i estimates the mean field
+  h(Ŝ). Its variance, measured in the model's geometry, is the compression noise
+  Σ (w_i/π_i)² E‖Q(x_i) − x_i‖² plus the sampling noise Σ w_i²(1 − π_i)/π_i² ‖x_i‖²
+  (Horvitz-Thompson), both estimated from the messages alone
+  (:meth:`Compressor.noise_estimate`).
+* **Its signal.** E‖H‖² = ‖h‖² + Var H, so the Wiener factor
+  γ = 1 − Var H / E‖H‖² is the step that best estimates h from H in mean square.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
+           "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE"]
+
+#: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
+#: and a floor keeps a run whose noise estimate spiked from freezing.
+AUTO_GAMMA_MIN = 0.01
+#: "auto" may grow the step by at most this factor per accepted round ("grow slowly, cut fast":
+#: a noise estimate that is low by chance cannot jump the step to 1 in one round).
+AUTO_GROWTH = 1.25
+#: Weight of the past in the running averages of the noise and of ‖H‖² (about five rounds).
+NOISE_MEMORY = 0.8
+#: A log-likelihood drop beyond this many standard errors of the two estimates ...
+DROP_SIGMAS = 3.0
+#: ... plus this fraction of ``tol`` rejects the step that led there.
+DROP_TOL_FRACTION = 0.1
+#: A rejection halves the step cap; it never goes below this, and regrows by AUTO_GROWTH per accepted round.
+CAP_MIN = 1e-4
+#: Rounds in a row the stochastic convergence test must hold (one noisy round is not convergence).
+CONVERGENCE_PATIENCE = 3
+
+
+@dataclass
+class ControllerState:
+    """What the server remembers between rounds to take its decisions.
+
+    Attributes
+    ----------
+    loglik_memory : ndarray of shape (n_clients,)
+        ℓ̃_i, each client's last reported mean log-likelihood.
+    noise_avg, total_avg : float or None
+        Running averages of Var H and ‖H‖² in the model's geometry.
+    gamma_prev : float
+        γ of the last accepted step.
+    cap : float
+        In (0, 1]: halved by each rejection, regrown by AUTO_GROWTH per accepted round; it
+        bounds "auto"'s γ and scales a user schedule's.
+    accepted : tuple or None
+        (Ŝ, ℓ̂, var ℓ̂) of the last accepted iterate: where a rejection returns to.
+    last_move : float
+        γ·t of the step that led to the current iterate (0 after a rejection).
+    previous : tuple or None
+        (ℓ̂, var ℓ̂) of the previous round, for the convergence test.
+    streak : int
+        Rounds in a row the convergence test has held.
+    """
+
+    loglik_memory: np.ndarray
+    noise_avg: float | None = None
+    total_avg: float | None = None
+    gamma_prev: float = 1.0
+    cap: float = 1.0
+    accepted: tuple | None = None
+    last_move: float = 0.0
+    previous: tuple | None = None
+    streak: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _running(avg, value):
+    return value if avg is None else NOISE_MEMORY * avg + (1.0 - NOISE_MEMORY) * value
+
+
+class StepController:
+    """The server's step rule, safeguard and convergence test.
+
+    Parameters
+    ----------
+    schedule : callable ``k -> γ_k`` or None
+        A user schedule (constant, decreasing, callable, or the theorem rule); None is
+        the adaptive ``"auto"`` rule.
+    stochastic : bool
+        Whether H is noisy (compression, partial participation or mini-batches). Exact
+        EM takes γ = 1 steps with no safeguard and the plain log-likelihood change as its
+        convergence test (scikit-learn's rule).
+    safeguard : bool
+        Trust region and log-likelihood watchdog in the stochastic regime.
+    watchdog : bool
+        Whether the log-likelihood is a full-batch one the watchdog can trust (not with
+        mini-batches, whose log-likelihood carries their own sampling noise).
+    """
+
+    def __init__(self, schedule, stochastic, safeguard=True, watchdog=True):
+        self.schedule, self.stochastic = schedule, bool(stochastic)
+        self.safeguard = bool(safeguard) and self.stochastic
+        self.watchdog = self.safeguard and bool(watchdog)
+
+    def start(self, loglik0) -> ControllerState:
+        """The state after round 0 (every client reported ℓ_i(θ_0))."""
+        return ControllerState(loglik_memory=np.asarray(loglik0, dtype=np.float64).copy())
+
+    # ------------------------------------------------------------------ estimates
+    @staticmethod
+    def loglik(cs, weights, active, pi, loglik):
+        """Control-variate estimate of ℓ(θ_k) and its variance; updates the memories.
+
+        Parameters
+        ----------
+        cs : ControllerState
+        weights : ndarray of shape (n_clients,)
+        active : ndarray of int of shape (m,)
+        pi : ndarray of shape (m,)
+        loglik : ndarray of shape (m,)
+            ℓ_i(θ_k) of the active clients.
+
+        Returns
+        -------
+        estimate, variance : float
+        """
+        mem = cs.loglik_memory
+        c = weights[active] / pi
+        diff = loglik - mem[active]
+        estimate = float(weights @ mem + c @ diff)
+        variance = float(np.sum(c ** 2 * (1.0 - pi) * diff ** 2))
+        mem[active] = loglik
+        return estimate, variance
+
+    @staticmethod
+    def direction_noise(weights_active, pi, signal_sq, noise_sq) -> float:
+        """Estimated Var H in the model's geometry: compression + Horvitz-Thompson sampling."""
+        c = weights_active / pi
+        return float(np.sum(c ** 2 * noise_sq) + np.sum(weights_active ** 2 * (1.0 - pi) / pi ** 2 * signal_sq))
+
+    # ------------------------------------------------------------------ decisions
+    def rejects(self, cs, loglik, variance, tol) -> bool:
+        """Watchdog: did the last step lower the log-likelihood beyond its noise?"""
+        if not self.watchdog or cs.accepted is None:
+            return False
+        _, ll_ok, var_ok = cs.accepted
+        return loglik < ll_ok - DROP_SIGMAS * np.sqrt(variance + var_ok) - DROP_TOL_FRACTION * tol
+
+    def gamma(self, cs, k, noise, total) -> float:
+        """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap."""
+        if self.schedule is not None:
+            # a user's step is scaled down by the rejections (the cap starts at 1), never clipped
+            return float(self.schedule(k)) * (cs.cap if self.safeguard else 1.0)
+        cs.noise_avg, cs.total_avg = _running(cs.noise_avg, noise), _running(cs.total_avg, total)
+        wiener = 1.0 - cs.noise_avg / cs.total_avg if cs.total_avg > 0.0 else 1.0
+        return float(max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN))
+
+    def reject(self, cs):
+        """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""
+        cs.cap = max(0.5 * cs.cap, CAP_MIN)
+        cs.gamma_prev = min(cs.gamma_prev, cs.cap)
+        cs.noise_avg = cs.total_avg = None
+        cs.last_move = 0.0
+        return cs.accepted[0].copy()
+
+    def accept(self, cs, s_hat, loglik, variance, gamma, fraction):
+        """Remember an accepted iterate and the step taken from it."""
+        cs.accepted = (s_hat.copy(), loglik, variance)
+        cs.gamma_prev = gamma
+        cs.cap = min(1.0, AUTO_GROWTH * cs.cap)
+        cs.last_move = gamma * fraction
+
+    def converged(self, cs, loglik, variance, tol, move_before) -> tuple:
+        """The convergence test of this round; returns (converged, gain per unit step).
+
+        Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs: the
+        log-likelihood gain *per unit step*, (ℓ̂_k − ℓ̂_{k−1}) / (γ t), is below ``tol``
+        (a small step does not fake convergence), the estimates' standard error is below
+        ``tol`` (noise does not either), for :data:`CONVERGENCE_PATIENCE` rounds in a row.
+        """
+        previous, cs.previous = cs.previous, (loglik, variance)
+        if previous is None or tol is None:
+            return False, np.nan
+        change = loglik - previous[0]
+        if not self.stochastic:
+            return bool(abs(change) < tol), change
+        if move_before <= 0.0:
+            cs.streak = 0
+            return False, np.nan
+        gain = change / move_before
+        ok = abs(gain) < tol and np.sqrt(variance + previous[1]) < tol
+        cs.streak = cs.streak + 1 if ok else 0
+        return cs.streak >= CONVERGENCE_PATIENCE, gain

@@ -1,0 +1,155 @@
+"""The two halves of a FedEM round as pure functions (paper 003, Algorithm 1; SPEC §3).
+
+The client half (:func:`client_update`: Δ, compression in the model's geometry, memory
+update) runs on each client; the server half's arithmetic (:func:`direction`,
+:func:`server_update`) and the divergence test run on the server. The in-process engine
+and the Flower adapter call the same functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["client_update", "server_update", "direction", "memory_update", "message_noise", "decode_messages",
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
+
+#: Ŝ growing beyond this factor of its initial magnitude means the iterates have left any
+#: sensible range (statistics are means of data-scale quantities). Relative, so that the
+#: test does not depend on the units of the data (issue 13: results equivariant to scale).
+DIVERGENCE_GROWTH = 1e12
+
+
+class DivergenceError(ValueError):
+    """The statistic iterate blew up: the step size is too large for this noise level."""
+
+
+def check_iterate(s_hat, round_, gamma, scale=None):
+    """Raise :class:`DivergenceError` naming the fix if Ŝ is not finite or exploded.
+
+    ``scale`` is max |Ŝ_0|; Ŝ beyond :data:`DIVERGENCE_GROWTH` times it has diverged.
+    """
+    finite = bool(np.all(np.isfinite(s_hat)))
+    exploded = finite and scale is not None and np.max(np.abs(s_hat)) > DIVERGENCE_GROWTH * max(scale, 1e-300)
+    if not finite or exploded:
+        raise DivergenceError(
+            f"FedEM diverged at round {round_} (step size {gamma:g}): the statistics left the finite "
+            "range. Lower step_size (e.g. halve it), raise the compressor precision, or use "
+            "step_size='auto' with the safeguard on.")
+
+
+def memory_update(v, q_rows, alpha):
+    """V_{k+1,i} = V_{k,i} + α q_i (the same decoded q_i the server adds)."""
+    return v + alpha * q_rows
+
+
+def client_update(stats, s_hat, v_clients, compressor, alpha, rngs, geometry=None):
+    """Client half of a FedEM round (Algorithm 1, lines 8-11) in the model's geometry.
+
+    Parameters
+    ----------
+    stats : ndarray of shape (m, q)
+        Fresh local statistics S_{k+1,i} of ``m`` clients.
+    s_hat : ndarray of shape (q,)
+        Broadcast iterate Ŝ_k.
+    v_clients : ndarray of shape (m, q)
+        The clients' memories V_{k,i}.
+    compressor : Compressor
+    alpha : float
+        Memory step.
+    rngs : random streams of the m clients
+        See :func:`.streams.round_streams`.
+    geometry : Geometry, optional
+        The invertible map P of ``model.geometry(T(Ŝ_k), Ŝ_k)``: the client compresses
+        P Δ_i with per-block norms on ``geometry.blocks``, and both sides decode
+        q_i = P⁻¹ Quant(P Δ_i) (unbiased by linearity). ``None``: raw coordinates, one
+        block.
+
+    Returns
+    -------
+    message : Message
+        The compressed P Δ_i, one row per client: what goes on the wire.
+    q_rows : ndarray of shape (m, q)
+        The decoded quantised Δ_i in raw coordinates (identical on client and server).
+    v_new : ndarray of shape (m, q)
+        Updated memories V_{k+1,i} = V_{k,i} + α q_i.
+    """
+    delta = stats - s_hat[None, :] - v_clients
+    if geometry is None:
+        message = compressor.compress(delta, rngs)
+        q_rows = compressor.decompress(message)
+    else:
+        message = compressor.compress(geometry.forward(delta), rngs, geometry.blocks)
+        q_rows = geometry.inverse(compressor.decompress(message))
+    return message, q_rows, memory_update(v_clients, q_rows, alpha)
+
+
+def server_update(s_hat, v, q_rows, weights, inclusion, gamma, alpha):
+    """The plain server half (Algorithm 1, lines 14-16; SPEC §3 step 3), a constant step.
+
+    Parameters
+    ----------
+    s_hat, v : ndarray of shape (q,)
+        Ŝ_k and the server memory V_k.
+    q_rows : ndarray of shape (m, q)
+        Decoded messages of the ``m`` active clients (m may be 0).
+    weights, inclusion : ndarray of shape (m,)
+        Their weights w_i and inclusion probabilities π_i.
+    gamma, alpha : float
+
+    Returns
+    -------
+    s_hat_new, v_new, h : ndarray of shape (q,)
+        Ŝ_{k+1}, V_{k+1} and the direction H_{k+1}.
+    """
+    h, v_new = direction(v, q_rows, weights, inclusion, alpha)
+    return s_hat + gamma * h, v_new, h
+
+
+def direction(v, q_rows, weights, inclusion, alpha):
+    """H_{k+1} = V_k + Σ (w_i/π_i) q_i and V_{k+1} = V_k + α Σ w_i q_i (H = V if no client)."""
+    if not q_rows.shape[0]:
+        return v.copy(), v.copy()
+    return v + (weights / inclusion) @ q_rows, v + alpha * (weights @ q_rows)
+
+
+def message_noise(compressor, message):
+    """(signal², noise²) per row: estimates of ‖x‖² and ‖Q(x) − x‖² for what each row encoded."""
+    if hasattr(compressor, "noise_estimate"):
+        return compressor.noise_estimate(message)
+    decoded = compressor.decompress(message)
+    q2 = np.einsum("ij,ij->i", decoded, decoded)
+    if compressor.omega(message.q) == 0.0:
+        return q2, np.zeros_like(q2)
+    if "norms" in message.arrays and message.meta.get("r", 2.0) == 2.0:
+        signal = np.sum(message.arrays["norms"].astype(np.float64) ** 2, axis=1)
+        return signal, np.maximum(q2 - signal, 0.0)
+    omega = compressor.omega(message.q, np.asarray(message.meta.get("blocks", (0, message.q))))
+    return q2 / (1.0 + omega), q2 * omega / (1.0 + omega)
+
+
+def decode_messages(compressor, messages, geometry, q):
+    """The server's decoding of one message per client (a framework's replies).
+
+    Parameters
+    ----------
+    compressor : Compressor
+    messages : list of Message
+        One single-row message per active client, in client order.
+    geometry : Geometry
+        The clients' compression geometry this round (the server derives the same one).
+    q : int
+
+    Returns
+    -------
+    q_rows : ndarray of shape (m, q)
+        Decoded Δ_i in raw coordinates.
+    noise : tuple of ndarray of shape (m,)
+        (signal², noise²) of each message (:func:`message_noise`).
+    bits : int
+        Their exact encoded size.
+    """
+    if not messages:
+        return np.empty((0, q)), (np.empty(0), np.empty(0)), 0
+    decoded = np.vstack([compressor.decompress(m) for m in messages])
+    noise = [message_noise(compressor, m) for m in messages]
+    return (geometry.inverse(decoded), (np.concatenate([a for a, _ in noise]), np.concatenate([b for _, b in noise])),
+            int(sum(compressor.bits(m) for m in messages)))
