@@ -16,7 +16,8 @@ import numpy as np
 from .._linalg import symmetrize
 
 __all__ = ["Geometry", "IdentityGeometry", "TRUST_RATIO", "MAX_HALVINGS", "MIN_WEIGHT", "MAX_CONDITION",
-           "split_blocks", "whitening_factors", "as_rows", "step_fractions", "min_eigenvalue"]
+           "split_blocks", "whitening_factors", "as_rows", "step_fractions", "min_eigenvalue", "build_geometry",
+           "log_fallback"]
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,16 @@ def split_blocks(layout, parts) -> np.ndarray:
 def whitening_factors(cov, usable=None):
     """Batched Cholesky factors of covariances, with the identity where they cannot whiten.
 
-    A matrix falls back to the identity if it (or ``usable``) marks it unusable: a
-    non-finite entry, a smallest eigenvalue <= 0, or a condition number above
-    :data:`MAX_CONDITION`. The decision is a deterministic function of ``cov``.
+    A matrix falls back to the identity if it has a non-finite entry, a smallest
+    eigenvalue <= 0 (after symmetrisation) or a condition number above
+    :data:`MAX_CONDITION`: a deterministic function of ``cov``.
 
     Parameters
     ----------
     cov : ndarray of shape (K, d, d)
     usable : ndarray of bool of shape (K,), optional
-        Further components to send to the identity (e.g. a weight below :data:`MIN_WEIGHT`).
+        False for components to put on the identity whatever their covariance (e.g. a
+        weight below :data:`MIN_WEIGHT`); they are not reported in ``fallback``.
 
     Returns
     -------
@@ -90,7 +92,7 @@ def whitening_factors(cov, usable=None):
     K, d = cov.shape[0], cov.shape[-1]
     eye = np.broadcast_to(np.eye(d), (K, d, d))
     finite = np.all(np.isfinite(cov), axis=(1, 2))
-    mats = np.where(finite[:, None, None], symmetrize(np.where(finite[:, None, None], cov, eye)), eye)
+    mats = symmetrize(np.where(finite[:, None, None], cov, eye))
     ev = np.linalg.eigvalsh(mats)
     fallback = ~finite | ~(ev[:, 0] > 0) | ~(ev[:, -1] <= MAX_CONDITION * ev[:, 0])
     skip = fallback | (np.zeros(K, bool) if usable is None else ~usable)
@@ -104,6 +106,13 @@ def min_eigenvalue(C) -> np.ndarray:
     finite = np.all(np.isfinite(C), axis=(-2, -1))
     safe = np.where(finite[..., None, None], C, 0.0)
     return np.where(finite, np.linalg.eigvalsh(symmetrize(safe))[..., 0], -np.inf)
+
+
+def log_fallback(owner, what, mask) -> None:
+    """Log at DEBUG the indices of ``owner``'s units (components, coordinates, rates) where
+    ``mask`` puts the identity map."""
+    if np.any(mask):
+        log.debug("%s: %s %s on the identity map", owner, what, np.argwhere(mask).tolist())
 
 
 def step_fractions() -> np.ndarray:
@@ -125,6 +134,17 @@ class Geometry:
 
     layout = None
     blocks: np.ndarray
+    #: the layout's block names, in the order :meth:`_split` returns them
+    names: tuple = ()
+
+    def _split(self, x) -> tuple:
+        """The named blocks of rows ``x`` (full matrices for packed symmetric blocks)."""
+        parts = self.layout.unpack(as_rows(x))
+        return tuple(parts[n] for n in self.names)
+
+    def _join(self, *blocks) -> np.ndarray:
+        """Rows (m, q) from the named blocks, in :attr:`names` order."""
+        return self.layout.pack(dict(zip(self.names, blocks)))
 
     def forward(self, x) -> np.ndarray:
         """``P x`` for each row; x of shape (m, q) or (q,), returns (m, q)."""
@@ -168,6 +188,18 @@ class Geometry:
         if finite.any():
             ok[finite] = self._inside(points[finite])
         return float(t[np.argmax(ok)]) if ok.any() else 0.0
+
+
+def build_geometry(cls, model, theta, s_hat, *args) -> Geometry:
+    """``cls(model, theta, s_hat, *args)``, or :class:`IdentityGeometry` (logged at DEBUG) if
+    ``s_hat`` is not finite or the constructor finds nothing to whiten with (``LinAlgError``)."""
+    s_hat = np.asarray(s_hat, dtype=np.float64)
+    if not np.all(np.isfinite(s_hat)):
+        return IdentityGeometry(model.layout, f"{cls.__name__}: s_hat is not finite")
+    try:
+        return cls(model, theta, s_hat, *args)
+    except np.linalg.LinAlgError as exc:
+        return IdentityGeometry(model.layout, f"{cls.__name__}: {exc}")
 
 
 class IdentityGeometry(Geometry):

@@ -14,16 +14,12 @@ All three are linear in the statistics (z̃'s constant 1 is inside S_xz and S_zz
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from ._geometry import (MAX_CONDITION, TRUST_RATIO, Geometry, IdentityGeometry, as_rows, min_eigenvalue,
+from ._geometry import (MAX_CONDITION, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
                         split_blocks, whitening_factors)
 
 __all__ = ["FactorGeometry", "factor_geometry"]
-
-log = logging.getLogger(__name__)
 
 
 class FactorGeometry(Geometry):
@@ -31,11 +27,8 @@ class FactorGeometry(Geometry):
 
     Parameters
     ----------
-    model : FactorAnalysisModel
-    theta : FactorParams
-        ``T(s_hat)``.
-    s_hat : ndarray of shape (q,)
-        Its ``S_zz`` gives the factor ``R``.
+    model, theta, s_hat : FactorAnalysisModel, FactorParams, ndarray of shape (q,)
+        The model, ``T(s_hat)`` and the iterate, whose ``S_zz`` gives the factor ``R``.
 
     Attributes
     ----------
@@ -47,6 +40,8 @@ class FactorGeometry(Geometry):
         T-map's floor). Their ``Ψ'_j`` is not checked by the trust region.
     """
 
+    names = ("sum_xx", "sum_xz", "sum_zz")
+
     def __init__(self, model, theta, s_hat):
         sd = model.scale
         parts = model.layout.unpack(np.asarray(s_hat, dtype=np.float64))
@@ -57,21 +52,13 @@ class FactorGeometry(Geometry):
                              axis=1) / sd[:, None]
         psi = np.asarray(theta.noise_variance, dtype=np.float64) / sd ** 2
         self.fallback = ~np.all(np.isfinite(lam), axis=1) | ~(psi > np.abs(parts["sum_xx"]) / MAX_CONDITION)
-        if self.fallback.any():
-            log.debug("factor geometry: coordinates %s on the identity map", np.flatnonzero(self.fallback).tolist())
+        log_fallback("factor geometry", "coordinates", self.fallback)
         self.lam = np.where(self.fallback[:, None], 0.0, lam)
         self.psi = np.where(self.fallback, 1.0, psi)
         self.R = R[0]
         self.R_inv = np.linalg.inv(self.R)
         self.layout = model.layout
         self.blocks = split_blocks(model.layout, {})
-
-    def _split(self, x):
-        p = self.layout.unpack(as_rows(x))
-        return p["sum_xx"], p["sum_xz"], p["sum_zz"]
-
-    def _join(self, a, b, c):
-        return self.layout.pack({"sum_xx": a, "sum_xz": b, "sum_zz": c})
 
     def forward(self, x):
         """``P x`` for rows x (m, q) -> (m, q)."""
@@ -100,12 +87,6 @@ class FactorGeometry(Geometry):
 
 
 def factor_geometry(model, theta, s_hat) -> Geometry:
-    """:class:`FactorGeometry`, or :class:`IdentityGeometry` if ``s_hat`` is not finite or its
-    ``S_zz`` cannot whiten."""
-    s_hat = np.asarray(s_hat, dtype=np.float64)
-    if not np.all(np.isfinite(s_hat)):
-        return IdentityGeometry(model.layout, "s_hat is not finite")
-    try:
-        return FactorGeometry(model, theta, s_hat)
-    except np.linalg.LinAlgError as exc:
-        return IdentityGeometry(model.layout, str(exc))
+    """:class:`FactorGeometry`, or the identity if ``s_hat`` is not finite or its ``S_zz`` cannot
+    whiten (:func:`._geometry.build_geometry`)."""
+    return build_geometry(FactorGeometry, model, theta, s_hat)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import TRUST_RATIO, Geometry, IdentityGeometry, as_rows, split_blocks, whitening_factors
+from ._geometry import TRUST_RATIO, Geometry, build_geometry, split_blocks, whitening_factors
 from .gmm_geometry import MomentWhitening
 
 __all__ = ["GaussianGeometry", "gaussian_geometry"]
@@ -26,10 +26,9 @@ class GaussianGeometry(Geometry):
 
     Parameters
     ----------
-    model : GaussianMissingModel
-    theta : GaussianParams
-        ``T(s_hat)``.
-    s_hat : ndarray of shape (q,)
+    model, theta : GaussianMissingModel, GaussianParams
+        The model and ``T(s_hat)``, whose mean and covariance define the map.
+    s_hat : ndarray of shape (q,), optional
         Not needed by this map (accepted for the common signature).
 
     Attributes
@@ -50,12 +49,13 @@ class GaussianGeometry(Geometry):
         self.map = MomentWhitening("full", mean[None], L, L[0], reg)
         self.blocks = split_blocks(model.layout, {})
 
+    names = ("sum_x", "sum_xx")
+
     def _apply(self, x, count, inverse=False):
-        p = self.layout.unpack(as_rows(x))
-        d0 = np.full((p["sum_x"].shape[0], 1), float(count))
-        fn = self.map.inverse if inverse else self.map.forward
-        y1, y2 = fn(d0, p["sum_x"][:, None], p["sum_xx"][:, None])
-        return self.layout.pack({"sum_x": y1[:, 0], "sum_xx": y2[:, 0]})
+        s1, s2 = self._split(x)
+        d0 = np.full((s1.shape[0], 1), float(count))
+        y1, y2 = (self.map.inverse if inverse else self.map.forward)(d0, s1[:, None], s2[:, None])
+        return self._join(y1[:, 0], y2[:, 0])
 
     def forward(self, x):
         """``P x`` (linear part, count 0) for rows x (m, q) -> (m, q)."""
@@ -70,14 +70,11 @@ class GaussianGeometry(Geometry):
         return self._apply(s, 1)
 
     def _inside(self, points):
-        p = self.layout.unpack(self.whiten_point(points))
-        lam = self.map.min_variance(np.ones((points.shape[0], 1)), p["sum_x"][:, None], p["sum_xx"][:, None])
-        return lam[:, 0] >= TRUST_RATIO
+        y1, y2 = self._split(self.whiten_point(points))
+        return self.map.min_variance(np.ones((y1.shape[0], 1)), y1[:, None], y2[:, None])[:, 0] >= TRUST_RATIO
 
 
 def gaussian_geometry(model, theta, s_hat) -> Geometry:
-    """:class:`GaussianGeometry`, or :class:`IdentityGeometry` if the covariance cannot whiten."""
-    try:
-        return GaussianGeometry(model, theta, s_hat)
-    except np.linalg.LinAlgError as exc:
-        return IdentityGeometry(model.layout, str(exc))
+    """:class:`GaussianGeometry`, or the identity if the covariance cannot whiten
+    (:func:`._geometry.build_geometry`)."""
+    return build_geometry(GaussianGeometry, model, theta, s_hat)

@@ -15,17 +15,13 @@ moment ``Σ_k r_k (x − m_k)(x − m_k)ᵀ`` whitened by the tied factor. The m
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, IdentityGeometry, as_rows, min_eigenvalue,
+from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
                         split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
 
 __all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry", "covariance_matrices"]
-
-log = logging.getLogger(__name__)
 
 
 def covariance_matrices(cov, covariance_type, d) -> np.ndarray:
@@ -135,8 +131,9 @@ class GMMGeometry(Geometry):
     ----------
     model : GaussianMixtureModel or GaussianMixtureMissingModel
     theta : GMMParams
-        ``T(s_hat)``.
+        ``T(s_hat)``: the weights, means and covariances that define the map.
     s_hat : ndarray of shape (q,)
+        Its ``resp`` gives the current masses of the trust region.
 
     Attributes
     ----------
@@ -150,6 +147,8 @@ class GMMGeometry(Geometry):
         All components on the identity map (``unchecked`` and those whose covariance cannot
         whiten, see :func:`._geometry.whitening_factors`); their covariance is not checked.
     """
+
+    names = ("resp", "sum_x", "sum_xx")
 
     def __init__(self, model, theta, s_hat):
         K, d, ct = model.n_components, model.n_features, model.covariance_type
@@ -169,19 +168,11 @@ class GMMGeometry(Geometry):
             L, _, bad = whitening_factors(cov, ~self.unchecked)
             self.fallback = self.unchecked | bad
             L2 = L
-        if self.fallback.any():
-            log.debug("GMM geometry: components %s on the identity map", np.flatnonzero(self.fallback).tolist())
+        log_fallback("GMM geometry", "components", self.fallback)
         m = np.where(self.fallback[:, None], 0.0, means)
         self.map = MomentWhitening(ct, m, L, L2, _whitened_reg(ct, L2, model.reg_covar))
         self.cov_checked = np.ones(1, bool) if ct == "tied" else ~self.fallback
         self.blocks = split_blocks(model.layout, {"sum_x": K, "sum_xx": K if ct in ("full", "diag") else 1})
-
-    def _split(self, x):
-        p = self.layout.unpack(as_rows(x))
-        return p["resp"], p["sum_x"], p["sum_xx"]
-
-    def _join(self, a, b, c):
-        return self.layout.pack({"resp": a, "sum_x": b, "sum_xx": c})
 
     def forward(self, x):
         """``P x`` for rows x (m, q) -> (m, q)."""
@@ -210,12 +201,6 @@ def _whitened_reg(ct, L2, reg):
 
 
 def gmm_geometry(model, theta, s_hat) -> Geometry:
-    """:class:`GMMGeometry`, or :class:`IdentityGeometry` when no map can be built
-    (non-finite ``s_hat``, a tied covariance that cannot whiten)."""
-    s_hat = np.asarray(s_hat, dtype=np.float64)
-    if not np.all(np.isfinite(s_hat)):
-        return IdentityGeometry(model.layout, "s_hat is not finite")
-    try:
-        return GMMGeometry(model, theta, s_hat)
-    except np.linalg.LinAlgError as exc:
-        return IdentityGeometry(model.layout, str(exc))
+    """:class:`GMMGeometry`, or the identity when no map can be built (non-finite ``s_hat``,
+    a tied covariance that cannot whiten; :func:`._geometry.build_geometry`)."""
+    return build_geometry(GMMGeometry, model, theta, s_hat)

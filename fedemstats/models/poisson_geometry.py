@@ -7,16 +7,12 @@ region's rate ratio is ``λ'_kj / λ_kj = y1'_kj / S0'_k``.
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, IdentityGeometry, as_rows, split_blocks
+from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, split_blocks
 from ._mixture import RESP_FLOOR
 
 __all__ = ["PoissonGeometry", "poisson_geometry"]
-
-log = logging.getLogger(__name__)
 
 
 class PoissonGeometry(Geometry):
@@ -24,10 +20,8 @@ class PoissonGeometry(Geometry):
 
     Parameters
     ----------
-    model : PoissonMixtureModel
-    theta : PoissonMixtureParams
-        ``T(s_hat)``.
-    s_hat : ndarray of shape (q,)
+    model, theta, s_hat : PoissonMixtureModel, PoissonMixtureParams, ndarray of shape (q,)
+        The model, ``T(s_hat)`` and the iterate (its ``resp`` gives the current masses).
     rate_floor : float
         The T-map's rate floor (``poisson_mixture.RATE_FLOOR``).
 
@@ -51,16 +45,17 @@ class PoissonGeometry(Geometry):
         rates = np.asarray(theta.rates, dtype=np.float64)
         self.unchecked = ~(np.asarray(theta.weights) >= MIN_WEIGHT)
         self.fallback = self.unchecked[:, None] | ~(np.isfinite(rates) & (rates > 0))
-        if self.fallback.any():
-            log.debug("Poisson geometry: %d rates on the identity map", int(self.fallback.sum()))
+        log_fallback("Poisson geometry", "rates (k, j)", self.fallback)
         self.rates = np.where(self.fallback, 1.0, rates)
         self.rate_checked = ~self.fallback & (parts["sum_y"] / self.s0[:, None] > rate_floor)
         self.layout = model.layout
         self.blocks = split_blocks(model.layout, {"sum_y": model.n_components})
 
+    names = ("resp", "sum_y")
+
     def _scaled(self, x, factor):
-        p = self.layout.unpack(as_rows(x))
-        return self.layout.pack({"resp": p["resp"], "sum_y": p["sum_y"] * factor})
+        s0, s1 = self._split(x)
+        return self._join(s0, s1 * factor)
 
     def forward(self, x):
         """``P x`` for rows x (m, q) -> (m, q)."""
@@ -71,16 +66,13 @@ class PoissonGeometry(Geometry):
         return self._scaled(y, self.rates)
 
     def _inside(self, points):
-        p = self.layout.unpack(self.forward(points))
-        s0 = p["resp"]
+        s0, y1 = self._split(self.forward(points))
         weights_ok = np.all((s0 >= TRUST_RATIO * self.s0) | self.unchecked, axis=1)
-        ratio = p["sum_y"] / np.maximum(s0, RESP_FLOOR)[..., None]
+        ratio = y1 / np.maximum(s0, RESP_FLOOR)[..., None]
         return weights_ok & np.all((ratio >= TRUST_RATIO) | ~self.rate_checked, axis=(1, 2))
 
 
 def poisson_geometry(model, theta, s_hat, rate_floor) -> Geometry:
-    """:class:`PoissonGeometry`, or :class:`IdentityGeometry` if ``s_hat`` is not finite."""
-    s_hat = np.asarray(s_hat, dtype=np.float64)
-    if not np.all(np.isfinite(s_hat)):
-        return IdentityGeometry(model.layout, "s_hat is not finite")
-    return PoissonGeometry(model, theta, s_hat, rate_floor)
+    """:class:`PoissonGeometry`, or the identity if ``s_hat`` is not finite
+    (:func:`._geometry.build_geometry`)."""
+    return build_geometry(PoissonGeometry, model, theta, s_hat, rate_floor)
