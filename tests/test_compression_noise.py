@@ -101,10 +101,17 @@ def test_estimates_sum_to_the_decoded_norm():
 
 
 def test_exact_cases():
-    """Identity float64 is exact; block-p inf is exact on a flat block and on one spike."""
-    x = VECTORS["gaussian"][None]
+    """Identity float64 is exact; float32's bound holds row by row and is at most
+    2**-48 ||x||²; block-p inf is exact on a flat block and on one spike."""
+    x = np.vstack(list(VECTORS.values()))
     signal, noise = Identity().noise_estimate(Identity().compress(x))
-    assert signal[0] == pytest.approx(float(x[0] @ x[0]), rel=1e-15) and noise[0] == 0.0
+    np.testing.assert_allclose(signal, (x ** 2).sum(axis=1), rtol=1e-15)
+    assert np.all(noise == 0.0)
+    msg = Identity("float32").compress(x)
+    _, noise = Identity("float32").noise_estimate(msg)
+    actual = ((Identity("float32").decompress(msg) - x) ** 2).sum(axis=1)
+    assert np.all(noise >= actual) and np.any(actual > 0.0)
+    assert np.all(noise <= 2.0 ** -48 * (x ** 2).sum(axis=1))
     comp = BlockP(p=np.inf)
     for row in (np.ones((1, Q)), np.eye(1, Q, 4) * 3.0):
         _, noise = comp.noise_estimate(comp.compress(row, np.random.default_rng(0)))

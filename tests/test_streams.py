@@ -166,3 +166,22 @@ def test_streams_draw_like_a_generator_in_helpers():
 def test_bad_stream_arguments_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("spec", ["dither:s=4", "blockp:p=2"])
+def test_draws_do_not_depend_on_the_number_of_threads(spec):
+    """The stream kernels run rows in parallel; each row is its own stream, so one
+    thread and all threads give the same bytes."""
+    import numba
+
+    comp = make_compressor(spec)
+    x = np.random.default_rng(2).normal(size=(4000, 30))
+    default = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(4000)), BLOCKS))
+        u_one = ClientStreams(ENTROPY, ROUND, np.arange(4000)).uniform(30)
+    finally:
+        numba.set_num_threads(default)
+    assert comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(4000)), BLOCKS)) == one
+    np.testing.assert_array_equal(ClientStreams(ENTROPY, ROUND, np.arange(4000)).uniform(30), u_one)

@@ -9,7 +9,7 @@ instead of 2 (log2(3) ≈ 1.585 is the floor for a fixed-length code).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .base import Compressor, Message, _as_rows, uniform_rows
 from ._noise import max_norm_estimate, norm2_estimate
@@ -51,11 +51,12 @@ def _quantise_pack(x, xi, norms, blocks, out):
         _quantise_pack_row(x[i], xi[i], norms[i], blocks, out[i])
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _quantise_pack_stream(x, keys, lane, norms, blocks, out):
-    # each client's uniforms drawn a row at a time: no (n_rows, q) array of them
-    xi = np.empty(x.shape[1])
-    for i in range(x.shape[0]):
+    # each client's uniforms drawn a row at a time: no (n_rows, q) array of them.
+    # Rows are independent streams, so the result does not depend on the threads.
+    for i in prange(x.shape[0]):
+        xi = np.empty(x.shape[1])
         fill_uniform_row(keys[i, 0], keys[i, 1], lane, xi)
         _quantise_pack_row(x[i], xi, norms[i], blocks, out[i])
 

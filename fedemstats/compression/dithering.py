@@ -11,7 +11,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .base import Compressor, Message, _as_rows, uniform_rows
 from ._noise import max_norm_estimate, norm2_estimate
@@ -53,11 +53,12 @@ def _levels_kernel(x, xi, norms, blocks, s, offset, out):
         _levels_row(x[i], xi[i], norms[i], blocks, s, offset, out[i])
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _levels_stream_kernel(x, keys, lane, norms, blocks, s, offset, out):
-    # each client's uniforms drawn a row at a time: no (n_rows, q) array of them
-    xi = np.empty(x.shape[1])
-    for i in range(x.shape[0]):
+    # each client's uniforms drawn a row at a time: no (n_rows, q) array of them.
+    # Rows are independent streams, so the result does not depend on the threads.
+    for i in prange(x.shape[0]):
+        xi = np.empty(x.shape[1])
         fill_uniform_row(keys[i, 0], keys[i, 1], lane, xi)
         _levels_row(x[i], xi, norms[i], blocks, s, offset, out[i])
 

@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 __all__ = ["ClientStreams", "stream_keys", "numpy_philox", "fill_uniform_row", "fmix64", "philox4x64", "MAX_ID"]
@@ -125,9 +125,10 @@ def fill_uniform_row(k0, k1, lane, row):
             _store(row, n_full * WORDS_PER_BLOCK + t, words[t])
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _uniform_kernel(keys, lane, out):
-    for i in range(out.shape[0]):
+    # rows are independent streams: the result does not depend on the threads
+    for i in prange(out.shape[0]):
         fill_uniform_row(keys[i, 0], keys[i, 1], lane, out[i])
 
 
