@@ -175,13 +175,14 @@ def test_draws_do_not_depend_on_the_number_of_threads(spec):
     import numba
 
     comp = make_compressor(spec)
-    x = np.random.default_rng(2).normal(size=(4000, 30))
+    x = np.random.default_rng(2).normal(size=(20_000, 120))  # wide rows: a shared buffer would race
+    blocks = np.array([0, 7, 20, 120])
     default = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        one = comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(4000)), BLOCKS))
-        u_one = ClientStreams(ENTROPY, ROUND, np.arange(4000)).uniform(30)
+        one = comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(20_000)), blocks))
+        u_one = ClientStreams(ENTROPY, ROUND, np.arange(20_000)).uniform(120)
     finally:
         numba.set_num_threads(default)
-    assert comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(4000)), BLOCKS)) == one
-    np.testing.assert_array_equal(ClientStreams(ENTROPY, ROUND, np.arange(4000)).uniform(30), u_one)
+    assert comp.encode(comp.compress(x, ClientStreams(ENTROPY, ROUND, np.arange(20_000)), blocks)) == one
+    np.testing.assert_array_equal(ClientStreams(ENTROPY, ROUND, np.arange(20_000)).uniform(120), u_one)
