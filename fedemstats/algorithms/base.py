@@ -253,7 +253,7 @@ class Algorithm:
             hy = coords.forward(h[None, :])[0]
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy))
-            fraction = geometry.step_fraction(state.s_hat, gamma * h) if ctl.safeguard else 1.0
+            fraction = self._trusted_fraction(geometry, state.s_hat, gamma * h) if ctl.safeguard else 1.0
             ctl.accept(cs, state.s_hat, ll, var, gamma, fraction)
             state.s_hat = state.s_hat + fraction * gamma * h
             row.update(step_size=gamma, step_fraction=fraction,
@@ -261,6 +261,15 @@ class Algorithm:
             check_iterate(state.s_hat, k + 1, gamma, state.scale)
         state.round = k + 1
         return row
+
+    @staticmethod
+    def _trusted_fraction(geometry, s_hat, step) -> float:
+        """The trust region's fraction of ``step``; a full step when Ŝ itself lies outside the
+        region (T repaired it, e.g. an indefinite start): only moving can bring it back."""
+        fraction = geometry.step_fraction(s_hat, step)
+        if fraction == 0.0 and geometry.step_fraction(s_hat, np.zeros_like(step)) == 0.0:
+            return 1.0
+        return fraction
 
     # ------------------------------------------------------------------ hooks
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):

@@ -5,8 +5,9 @@ from .block_p import BlockP
 from .dithering import RandomDithering
 from .sparsify import RandK
 from .spec import REGISTRY, make_compressor
+from .streams import ClientStreams
 
 __all__ = [
     "Compressor", "Identity", "Message", "RandomDithering", "BlockP", "RandK",
-    "make_compressor", "REGISTRY", "message_to_record", "message_from_record",
+    "make_compressor", "REGISTRY", "message_to_record", "message_from_record", "ClientStreams",
 ]

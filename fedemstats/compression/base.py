@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS
+from .streams import ClientStreams
 
-__all__ = ["Message", "Compressor", "Identity", "uniform_rows", "seed_rows"]
+__all__ = ["Message", "Compressor", "Identity", "uniform_rows", "seed_rows", "row_sq_norms"]
+
+#: a ClientStreams word is a full uint64: seeds below 2**64 need no reduction
+_WORD_HIGH = 2 ** 64
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,9 @@ class Message:
 class Compressor:
     """Base class of unbiased compressors.
 
-    Subclasses implement :meth:`compress`, :meth:`decompress`, :meth:`omega` and
-    :meth:`row_bits`. Randomness always comes from the ``rng`` argument.
+    Subclasses implement :meth:`compress`, :meth:`decompress`, :meth:`omega`,
+    :meth:`row_bits` and :meth:`noise_estimate`. Randomness always comes from the
+    ``rng`` argument.
     """
 
     name = "base"
@@ -67,8 +72,10 @@ class Compressor:
         Parameters
         ----------
         x : ndarray of shape (n_rows, q) or (q,)
-        rng : numpy.random.Generator or sequence of Generators
-            One Generator, or one per row (each client's own stream).
+        rng : numpy.random.Generator, ClientStreams or sequence of Generators
+            One Generator shared by the rows; or each client's own stream:
+            a :class:`~fedemstats.compression.streams.ClientStreams` with one row
+            per client (drawn in one compiled call), or one Generator per row (legacy).
         blocks : ndarray of int of shape (n_blocks + 1,), optional
             Block boundaries of the statistic layout (used by per-block variants).
 
@@ -88,6 +95,23 @@ class Compressor:
 
     def row_bits(self, message: Message) -> np.ndarray:
         """Exact encoded size in bits of each row's message, shape (n_rows,)."""
+        raise NotImplementedError
+
+    def noise_estimate(self, message: Message) -> tuple:
+        """Signal and quantisation noise of what each row encoded, from the message alone.
+
+        Returns
+        -------
+        signal_sq : ndarray of shape (n_rows,)
+            Estimate of ``||x||^2`` for the ``x`` the row encoded.
+        noise_sq : ndarray of shape (n_rows,)
+            Estimate of ``E||Q(x) - x||^2`` given ``x``: unbiased where the message
+            allows it, otherwise an upper estimate (``E[noise_sq] >= E||Q(x) - x||^2``);
+            each compressor says which. ``signal_sq + noise_sq = ||Q(x)||^2``, which is
+            unbiased for ``E||Q(x)||^2``, so an upper noise estimate comes with a lower
+            signal estimate. One row's unbiased estimate can be negative: average
+            over rows (clients) before taking ratios such as the empirical omega.
+        """
         raise NotImplementedError
 
     def bits(self, message: Message) -> int:
@@ -113,32 +137,52 @@ class Compressor:
         return f"{type(self).__name__}({params})"
 
 
-def uniform_rows(rng, n_rows: int, width: int) -> np.ndarray:
-    """U[0, 1) draws of shape (n_rows, width).
-
-    ``rng`` is one Generator, or a sequence of ``n_rows`` Generators (one per row):
-    then row j comes from ``rng[j]`` alone, so a client can reproduce its own
-    quantisation noise without the other clients (in-process == Flower runs).
-    """
-    if isinstance(rng, np.random.Generator):
-        return rng.random((n_rows, width))
+def _generators(rng, n_rows: int) -> list:
     rngs = list(rng)
     if len(rngs) != n_rows:
         raise ValueError(f"got {len(rngs)} generators for {n_rows} rows; pass one per row.")
+    return rngs
+
+
+def uniform_rows(rng, n_rows: int, width: int) -> np.ndarray:
+    """U[0, 1) draws of shape (n_rows, width).
+
+    ``rng`` is one Generator, a :class:`ClientStreams` of ``n_rows`` clients, or a
+    sequence of ``n_rows`` Generators (legacy). With per-client streams, row j comes
+    from client j's stream alone, so a client can reproduce its own quantisation
+    noise without the other clients (in-process == Flower runs). Only the legacy
+    sequence loops over rows in Python.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng.random((n_rows, width))
+    if isinstance(rng, ClientStreams):
+        rng.check_rows(n_rows)
+        return rng.uniform(width)
     out = np.empty((n_rows, width))
-    for j, g in enumerate(rngs):
+    for j, g in enumerate(_generators(rng, n_rows)):
         g.random(width, out=out[j])
     return out
 
 
 def seed_rows(rng, n_rows: int, high: int) -> np.ndarray:
-    """One uint64 seed in [0, high) per row, from one Generator or one Generator per row."""
+    """One uint64 seed in [0, high) per row, from one Generator, ClientStreams or Generators.
+
+    ClientStreams give a full 64-bit word per row, so they take only ``high = 2**64``.
+    """
     if isinstance(rng, np.random.Generator):
         return rng.integers(0, high, size=n_rows, dtype=np.uint64)
-    rngs = list(rng)
-    if len(rngs) != n_rows:
-        raise ValueError(f"got {len(rngs)} generators for {n_rows} rows; pass one per row.")
-    return np.array([g.integers(0, high, dtype=np.uint64) for g in rngs], dtype=np.uint64)
+    if isinstance(rng, ClientStreams):
+        if high != _WORD_HIGH:
+            raise ValueError(f"ClientStreams draw full uint64 seeds (high = 2**64); got high={high}.")
+        rng.check_rows(n_rows)
+        return rng.uint64()
+    return np.array([g.integers(0, high, dtype=np.uint64) for g in _generators(rng, n_rows)], dtype=np.uint64)
+
+
+def row_sq_norms(rows) -> np.ndarray:
+    """Squared 2-norm of each row of a 2-D array, float64 (n_rows,)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    return np.einsum("ij,ij->i", rows, rows)
 
 
 def _as_rows(x) -> np.ndarray:
@@ -178,6 +222,16 @@ class Identity(Compressor):
 
     def omega(self, q, blocks=None):
         return 0.0
+
+    def noise_estimate(self, message):
+        """``(||x||^2, 0)``, exact, for float64. For float32 the wire value is x rounded to
+        nearest, a deterministic error ``|v - x| <= spacing(v) / 2``: noise_sq is that
+        bound summed, an upper estimate (at most ``2**-48 ||x||^2``)."""
+        values = message.arrays["values"]
+        if values.dtype == np.float64:
+            return row_sq_norms(values), np.zeros(message.n_rows)
+        half_ulp = np.spacing(np.abs(values)).astype(np.float64) / 2.0
+        return row_sq_norms(values), row_sq_norms(half_ulp)
 
     def row_bits(self, message):
         per = FLOAT64_BITS if self.dtype == "float64" else FLOAT32_BITS

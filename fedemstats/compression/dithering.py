@@ -11,9 +11,11 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .base import Compressor, Message, _as_rows, uniform_rows
+from ._noise import max_norm_estimate, norm2_estimate
+from .streams import ClientStreams, fill_uniform_row
 from ._bits import (
     MAX_CODE_WIDTH, NORM_BITS, block_norms, check_blocks, elias_row_bits, expand_scale,
     fixed_width, float32_norms_up, norm_bytes, pack_elias, pack_fixed, split_norms,
@@ -28,22 +30,37 @@ _CODINGS = ("fixed", "elias")
 
 
 @njit(cache=True)
+def _levels_row(x, xi, norms, blocks, s, offset, out):
+    for b in range(blocks.size - 1):
+        nrm = np.float64(norms[b])
+        for j in range(blocks[b], blocks[b + 1]):
+            if nrm == 0.0:
+                out[j] = offset
+                continue
+            # |x| <= nrm (norm rounded up), so |x|/nrm <= 1 and u <= s exactly
+            # under correctly rounded arithmetic: no level above s, no clipping.
+            u = s * (abs(x[j]) / nrm)
+            low = np.floor(u)
+            # round up with probability frac(u): same law as ⌊u + ξ⌋, but
+            # immune to u + ξ rounding up to the next integer.
+            lev = np.int64(low) + (1 if xi[j] < u - low else 0)
+            out[j] = offset + (-lev if x[j] < 0 else lev)
+
+
+@njit(cache=True)
 def _levels_kernel(x, xi, norms, blocks, s, offset, out):
     for i in range(x.shape[0]):
-        for b in range(blocks.size - 1):
-            nrm = np.float64(norms[i, b])
-            for j in range(blocks[b], blocks[b + 1]):
-                if nrm == 0.0:
-                    out[i, j] = offset
-                    continue
-                # |x| <= nrm (norm rounded up), so |x|/nrm <= 1 and u <= s exactly
-                # under correctly rounded arithmetic: no level above s, no clipping.
-                u = s * (abs(x[i, j]) / nrm)
-                low = np.floor(u)
-                # round up with probability frac(u): same law as ⌊u + ξ⌋, but
-                # immune to u + ξ rounding up to the next integer.
-                lev = np.int64(low) + (1 if xi[i, j] < u - low else 0)
-                out[i, j] = offset + (-lev if x[i, j] < 0 else lev)
+        _levels_row(x[i], xi[i], norms[i], blocks, s, offset, out[i])
+
+
+@njit(cache=True, parallel=True)
+def _levels_stream_kernel(x, keys, lane, norms, blocks, s, offset, out):
+    # each client's uniforms drawn a row at a time: no (n_rows, q) array of them.
+    # Rows are independent streams, so the result does not depend on the threads.
+    for i in prange(x.shape[0]):
+        xi = np.empty(x.shape[1])
+        fill_uniform_row(keys[i, 0], keys[i, 1], lane, xi)
+        _levels_row(x[i], xi, norms[i], blocks, s, offset, out[i])
 
 
 class RandomDithering(Compressor):
@@ -122,10 +139,13 @@ class RandomDithering(Compressor):
         x = _as_rows(x)
         bl = self._blocks(x.shape[1], blocks)
         norms = float32_norms_up(block_norms(x, bl, self.r))
-        xi = uniform_rows(rng, *x.shape)
         fixed = self.coding == "fixed"
+        offset = self.s if fixed else 0
         levels = np.empty(x.shape, dtype=np.int32)
-        _levels_kernel(x, xi, norms, bl, self.s, self.s if fixed else 0, levels)
+        if isinstance(rng, ClientStreams):
+            _levels_stream_kernel(x, *rng.reserve(x.shape[0]), norms, bl, self.s, offset, levels)
+        else:
+            _levels_kernel(x, uniform_rows(rng, *x.shape), norms, bl, self.s, offset, levels)
         arrays = {"norms": norms}
         if fixed:
             arrays["codes"] = pack_fixed(levels, self._width(self.s))
@@ -155,6 +175,29 @@ class RandomDithering(Compressor):
         """min(d/(4 s^2), sqrt(d)/s) with d = q, or the largest block size if per_block."""
         d = int(np.max(np.diff(self._blocks(int(q), blocks))))
         return float(min(d / (4.0 * self.s ** 2), np.sqrt(d) / self.s))
+
+    def noise_estimate(self, message: Message) -> tuple:
+        """``(signal_sq, noise_sq)`` of each row; see :meth:`Compressor.noise_estimate`.
+
+        With levels ⌊u_j + ξ_j⌋, u_j = s|x_j|/N_b = a_j + p_j, E||Q(x) − x||² =
+        Σ_b (N_b/s)² Σ_j p_j(1 − p_j) = E||q||² − ||x||².
+
+        * r = 2: N_b² is ||x_b||² (rounded up to float32), so signal_sq = Σ_b N_b²
+          and noise_sq = ||q||² − Σ_b N_b² is unbiased, up to a relative
+          ``2**-22 ||x||²`` low (the round-up).
+        * r = inf: ||x_b|| is not sent and no unbiased estimate exists; noise_sq is
+          an upper estimate and signal_sq = ||q||² − noise_sq a lower one. For s >= 2,
+          noise_sq = Σ_b (N_b/s)² (#{|l_j| = 1} + #{|l_j| >= 2}/4); s = 1 is block-p
+          with p = inf and uses its bound (derivations in ``_noise``).
+        """
+        self._check_codec(message)
+        norms, s = message.arrays["norms"], message.meta["s"]
+        bl = np.asarray(message.meta["blocks"], dtype=np.int64)
+        levels = self._levels(message)
+        decoded = expand_scale(levels, norms, bl, 1.0 / s)
+        if message.meta["r"] == 2:
+            return norm2_estimate(decoded, norms)
+        return max_norm_estimate(decoded, levels, norms, bl, s)
 
     def row_bits(self, message: Message) -> np.ndarray:
         """32 bits per block norm + the level code (fixed width or exact Elias length)."""

@@ -13,7 +13,8 @@ import numbers
 import numpy as np
 from numba import njit
 
-from .base import Compressor, Message, _as_rows, seed_rows, uniform_rows
+from .base import Compressor, Message, _as_rows, row_sq_norms, seed_rows, uniform_rows
+from .streams import GOLDEN, fmix64
 from ..ledger import FLOAT32_BITS, FLOAT64_BITS
 
 __all__ = ["RandK"]
@@ -22,21 +23,14 @@ __all__ = ["RandK"]
 SEED_BITS = 64
 _SEED_HIGH = 2 ** SEED_BITS
 _WIRE = {"float64": ("<f8", FLOAT64_BITS), "float32": ("<f4", FLOAT32_BITS)}
-# splitmix64 constants (Steele, Lea & Flood 2014)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
 _ONE = np.uint64(1)
 
 
 @njit(cache=True)
 def _splitmix(state):
-    state = state + _GOLDEN
-    z = state
-    z = (z ^ (z >> _SHIFTS[0])) * _MIX1
-    z = (z ^ (z >> _SHIFTS[1])) * _MIX2
-    return state, z ^ (z >> _SHIFTS[2])
+    # splitmix64 (Steele, Lea & Flood 2014): a Weyl step, then the finaliser
+    state = state + GOLDEN
+    return state, fmix64(state)
 
 
 @njit(cache=True)
@@ -152,6 +146,20 @@ class RandK(Compressor):
         """q/k - 1."""
         self._check_q(int(q))
         return float(q) / self.k - 1.0
+
+    def noise_estimate(self, message: Message) -> tuple:
+        """``(signal_sq, noise_sq)`` of each row, both unbiased; see :meth:`Compressor.noise_estimate`.
+
+        E||Q(x)||² = (q/k)||x||² exactly, so signal_sq = (k/q)||q||² and
+        noise_sq = (q/k − 1) signal_sq = (1 − k/q)||q||² estimate ||x||² and
+        E||Q(x) − x||² = (q/k − 1)||x||² without bias. With float32 values the
+        stochastic rounding adds a variance R <= 2**-48 ||q||² to both E||Q(x)||²
+        and the noise; the estimates then miss a relative 2**-48 at most.
+        """
+        self._check_codec(message)
+        sq = row_sq_norms(message.arrays["values"])
+        keep = int(message.meta["k"]) / message.q
+        return keep * sq, (1.0 - keep) * sq
 
     def row_bits(self, message: Message) -> np.ndarray:
         """64 (seed) + k * value bits for each row."""

@@ -1,33 +1,233 @@
-"""Placeholder (replaced by the geometry layer): the identity geometry."""
+"""Compression geometry: an invertible linear map P(θ) on statistic vectors (issue 11, item 1).
+
+A client compresses ``P Δ_i`` instead of its raw statistic difference ``Δ_i``; server and
+client both decode ``q_i = P⁻¹ Quant(P Δ_i)``, unbiased by linearity. ``P`` is computed
+from the public iterate (θ = T(Ŝ), Ŝ), so both sides build the same map. Each model
+provides its own (``Model.geometry``); this module holds the contract, the identity map
+and what the model geometries share: block boundaries, the batched whitening factors
+with their fallback rule, and the trust region's halving. See ``docs/geometry.md``.
+"""
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
-__all__ = ["Geometry", "IdentityGeometry"]
+from .._linalg import symmetrize
+
+__all__ = ["Geometry", "IdentityGeometry", "TRUST_RATIO", "MAX_HALVINGS", "MIN_WEIGHT", "MAX_CONDITION",
+           "split_blocks", "whitening_factors", "as_rows", "step_fractions", "min_eigenvalue", "build_geometry",
+           "log_fallback"]
+
+log = logging.getLogger(__name__)
+
+#: A step is inside the trust region if, in the current model's whitened coordinates, every
+#: weight stays >= TRUST_RATIO x its current value and every whitened variance >= TRUST_RATIO.
+TRUST_RATIO = 0.25
+#: step_fraction tries t = 1, 1/2, ..., 2**-MAX_HALVINGS.
+MAX_HALVINGS = 12
+#: Components with a mixture weight below this use the identity map and are not checked.
+MIN_WEIGHT = 1e-8
+#: Covariances (and S_z̃z̃) with a larger condition number are not whitened (identity map):
+#: 1 / EIG_REL_FLOOR, the worst conditioning a T-map repair produces.
+MAX_CONDITION = 1e10
+
+
+def as_rows(x) -> np.ndarray:
+    """``x`` as float64 rows of shape (m, q) (a single vector becomes one row)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x[None] if x.ndim == 1 else x
+
+
+def split_blocks(layout, parts) -> np.ndarray:
+    """Block boundaries that cut each layout block into equal consecutive chunks.
+
+    Sizes come from the layout's *stored* sizes (``layout.offsets``), never from the
+    block shapes, so packed symmetric blocks are cut correctly.
+
+    Parameters
+    ----------
+    layout : StatLayout
+    parts : dict of str -> int
+        Number of chunks of each named block (1 when absent), e.g. ``{"sum_x": K}``.
+
+    Returns
+    -------
+    ndarray of int64 of shape (n_chunks + 1,)
+    """
+    off = layout.offsets
+    bounds = [0]
+    for b, name in enumerate(layout.names):
+        n = int(parts.get(name, 1))
+        size = int(off[b + 1] - off[b])
+        if size % n:
+            raise ValueError(f"block {name!r} of stored size {size} does not split into {n} chunks.")
+        bounds.extend(int(off[b]) + (size // n) * np.arange(1, n + 1))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def whitening_factors(cov, usable=None):
+    """Batched Cholesky factors of covariances, with the identity where they cannot whiten.
+
+    A matrix falls back to the identity if it has a non-finite entry, a smallest
+    eigenvalue <= 0 (after symmetrisation) or a condition number above
+    :data:`MAX_CONDITION`: a deterministic function of ``cov``.
+
+    Parameters
+    ----------
+    cov : ndarray of shape (K, d, d)
+    usable : ndarray of bool of shape (K,), optional
+        False for components to put on the identity whatever their covariance (e.g. a
+        weight below :data:`MIN_WEIGHT`); they are not reported in ``fallback``.
+
+    Returns
+    -------
+    L : ndarray of shape (K, d, d)
+        Lower Cholesky factors (identity where not usable).
+    L_inv : ndarray of shape (K, d, d)
+        Their inverses.
+    fallback : ndarray of bool of shape (K,)
+        Components given the identity because of their covariance.
+    """
+    K, d = cov.shape[0], cov.shape[-1]
+    eye = np.broadcast_to(np.eye(d), (K, d, d))
+    finite = np.all(np.isfinite(cov), axis=(1, 2))
+    mats = symmetrize(np.where(finite[:, None, None], cov, eye))
+    ev = np.linalg.eigvalsh(mats)
+    fallback = ~finite | ~(ev[:, 0] > 0) | ~(ev[:, -1] <= MAX_CONDITION * ev[:, 0])
+    skip = fallback | (np.zeros(K, bool) if usable is None else ~usable)
+    mats = np.where(skip[:, None, None], eye, mats)
+    L = np.linalg.cholesky(mats)
+    return L, np.linalg.inv(L), fallback
+
+
+def min_eigenvalue(C) -> np.ndarray:
+    """Smallest eigenvalue of each symmetrised matrix of C (..., d, d); ``-inf`` where C is not finite."""
+    finite = np.all(np.isfinite(C), axis=(-2, -1))
+    safe = np.where(finite[..., None, None], C, 0.0)
+    return np.where(finite, np.linalg.eigvalsh(symmetrize(safe))[..., 0], -np.inf)
+
+
+def log_fallback(owner, what, mask) -> None:
+    """Log at DEBUG the indices of ``owner``'s units (components, coordinates, rates) where
+    ``mask`` puts the identity map."""
+    if np.any(mask):
+        log.debug("%s: %s %s on the identity map", owner, what, np.argwhere(mask).tolist())
+
+
+def step_fractions() -> np.ndarray:
+    """The candidate fractions ``1, 1/2, ..., 2**-MAX_HALVINGS``, largest first, shape (MAX_HALVINGS + 1,)."""
+    return 0.5 ** np.arange(MAX_HALVINGS + 1)
 
 
 class Geometry:
-    blocks: np.ndarray
+    """Invertible linear map P on statistic vectors (flat, layout order), from public θ and Ŝ.
 
-    def forward(self, x):
+    Subclasses implement :meth:`forward`, :meth:`inverse` and :meth:`_inside`.
+
+    Attributes
+    ----------
+    layout : StatLayout
+    blocks : ndarray of int64 of shape (n_blocks + 1,)
+        Block boundaries in P-coordinates for per-block quantisation (``blocks[-1] == q``).
+    """
+
+    layout = None
+    blocks: np.ndarray
+    #: the layout's block names, in the order :meth:`_split` returns them
+    names: tuple = ()
+
+    def _split(self, x) -> tuple:
+        """The named blocks of rows ``x`` (full matrices for packed symmetric blocks)."""
+        parts = self.layout.unpack(as_rows(x))
+        return tuple(parts[n] for n in self.names)
+
+    def _join(self, *blocks) -> np.ndarray:
+        """Rows (m, q) from the named blocks, in :attr:`names` order."""
+        return self.layout.pack(dict(zip(self.names, blocks)))
+
+    def forward(self, x) -> np.ndarray:
+        """``P x`` for each row; x of shape (m, q) or (q,), returns (m, q)."""
         raise NotImplementedError
 
-    def inverse(self, y):
+    def inverse(self, y) -> np.ndarray:
+        """``P⁻¹ y`` for each row; y of shape (m, q) or (q,), returns (m, q)."""
+        raise NotImplementedError
+
+    def whiten_point(self, s) -> np.ndarray:
+        """Whitened coordinates of *points* (not differences), shape (m, q).
+
+        Equal to :meth:`forward` unless the natural whitening is affine (a single
+        Gaussian, whose implicit count 1 is not a statistic). At θ = T(Ŝ) the point Ŝ
+        maps to the model's canonical form (e.g. a GMM component to (π_k, 0, π_k I)).
+        """
+        return self.forward(s)
+
+    def _inside(self, points) -> np.ndarray:
+        """Whether each row of ``points`` (n, q), finite, is inside the trust region; (n,) bool."""
         raise NotImplementedError
 
     def step_fraction(self, s_hat, step) -> float:
-        raise NotImplementedError
+        """Largest t in {1, 1/2, ..., 2**-MAX_HALVINGS} with ``s_hat + t step`` inside the trust region.
+
+        Parameters
+        ----------
+        s_hat : ndarray of shape (q,)
+            The current iterate (θ = T(s_hat) is the current model).
+        step : ndarray of shape (q,)
+
+        Returns
+        -------
+        float
+            The fraction, or 0.0 if no candidate is inside (or the step is not finite).
+        """
+        t = step_fractions()
+        points = np.asarray(s_hat, dtype=np.float64)[None] + t[:, None] * np.asarray(step, dtype=np.float64)[None]
+        finite = np.all(np.isfinite(points), axis=1)
+        ok = np.zeros(t.size, dtype=bool)
+        if finite.any():
+            ok[finite] = self._inside(points[finite])
+        return float(t[np.argmax(ok)]) if ok.any() else 0.0
+
+
+def build_geometry(cls, model, theta, s_hat, *args) -> Geometry:
+    """``cls(model, theta, s_hat, *args)``, or :class:`IdentityGeometry` (logged at DEBUG) if
+    ``s_hat`` is not finite or the constructor finds nothing to whiten with (``LinAlgError``)."""
+    s_hat = np.asarray(s_hat, dtype=np.float64)
+    if not np.all(np.isfinite(s_hat)):
+        return IdentityGeometry(model.layout, f"{cls.__name__}: s_hat is not finite")
+    try:
+        return cls(model, theta, s_hat, *args)
+    except np.linalg.LinAlgError as exc:
+        return IdentityGeometry(model.layout, f"{cls.__name__}: {exc}")
 
 
 class IdentityGeometry(Geometry):
-    def __init__(self, layout):
-        self.blocks = layout.offsets
+    """P = I: raw statistic coordinates, the layout's blocks, no trust region (t = 1).
+
+    Parameters
+    ----------
+    layout : StatLayout
+    reason : str, optional
+        Why a model fell back to it (logged at DEBUG).
+    """
+
+    def __init__(self, layout, reason=None):
+        self.layout = layout
+        self.blocks = np.asarray(layout.offsets, dtype=np.int64)
+        self.reason = reason
+        if reason is not None:
+            log.debug("compression geometry: identity map (%s)", reason)
 
     def forward(self, x):
-        return np.array(x, dtype=np.float64)
+        return as_rows(x).copy()
 
     def inverse(self, y):
-        return np.array(y, dtype=np.float64)
+        return as_rows(y).copy()
+
+    def _inside(self, points):
+        return np.ones(points.shape[0], dtype=bool)
 
     def step_fraction(self, s_hat, step) -> float:
+        """Always 1.0: the identity map has no model geometry to protect."""
         return 1.0

@@ -8,7 +8,8 @@ statistic space (FedEM, VR-FedEM, online EM) between them.
 
 The whole contract, in the order of a fit: :meth:`Model.from_federation` (public
 shift / scale from round-1 summaries), :meth:`Model.init_theta` (federated
-initialisation), :meth:`Model.client_stats` and :meth:`Model.t_map` (the rounds),
+initialisation), :meth:`Model.client_stats` and :meth:`Model.t_map` (the rounds, with
+:meth:`Model.geometry` the compression geometry at each iterate),
 :meth:`Model.mean_field` (the stationarity measure), then :meth:`Model.log_likelihood`,
 :meth:`Model.n_parameters`, :meth:`Model.impute` and :meth:`Model.params_to_dict`.
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..federation import Federation
 from ..layout import StatLayout
-from ._geometry import IdentityGeometry
+from ._geometry import Geometry, IdentityGeometry
 
 __all__ = ["Model", "mean_field", "mean_field_norm2"]
 
@@ -147,8 +148,16 @@ class Model:
         """
         raise NotImplementedError(f"{type(self).__name__} does not define t_map.")
 
-    def geometry(self, theta, s_hat):
-        """The invertible linear map in which clients compress (default: the raw coordinates)."""
+    def geometry(self, theta, s_hat) -> Geometry:
+        """Compression geometry at the public iterate: an invertible linear map P on statistic
+        vectors (``docs/geometry.md``). The default is the identity; models override it.
+
+        Parameters
+        ----------
+        theta : parameters
+            ``T(s_hat)``.
+        s_hat : ndarray of shape (q,)
+        """
         return IdentityGeometry(self.layout)
 
     def check_stats(self, s) -> np.ndarray:

@@ -22,6 +22,7 @@ from ..layout import StatLayout
 from ._patterns import missing_patterns, rows_per_chunk, segment_sums
 from ._summaries import check_shift_scale, nan_moments, standardising_shift_scale
 from .base import Model
+from .factor_geometry import factor_geometry
 
 __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
            "factor_transform", "init_factor", "NOISE_REL_FLOOR"]
@@ -242,6 +243,10 @@ class FactorAnalysisModel(Model):
         psi = np.maximum(psi, np.maximum(NOISE_REL_FLOOR * np.abs(sxx), NOISE_ABS_FLOOR))
         k, sd = self.n_factors, self.scale
         return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
+
+    def geometry(self, theta, s_hat):
+        """Residual whitening (:func:`.factor_geometry.factor_geometry`, ``docs/geometry.md``)."""
+        return factor_geometry(self, theta, s_hat)
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""

@@ -21,6 +21,7 @@ from ..layout import StatLayout
 from ._mixture_missing import impute_mixture, mixture_log_likelihood, mixture_segment_sums
 from ._summaries import check_shift_scale, regularised_nan_moments, standardising_shift_scale
 from .base import Model
+from .gaussian_geometry import gaussian_geometry
 
 __all__ = ["GaussianParams", "GaussianMissingModel", "init_gaussian"]
 
@@ -112,6 +113,10 @@ class GaussianMissingModel(Model):
         cov.flat[:: self.n_features + 1] += self.reg_covar
         _, cov, _ = safe_cholesky(cov, self.reg_covar)
         return GaussianParams(self.shift + sd * m, cov)
+
+    def geometry(self, theta, s_hat):
+        """Whitening by the current μ, Σ (:func:`.gaussian_geometry.gaussian_geometry`, ``docs/geometry.md``)."""
+        return gaussian_geometry(self, theta, s_hat)
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""

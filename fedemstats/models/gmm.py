@@ -19,6 +19,7 @@ from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
 from ._summaries import global_moments
 from .base import Model
+from .gmm_geometry import gmm_geometry
 from .gmm_init import init_params
 from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covariance_type, covariance_shape,
                          make_params)
@@ -180,6 +181,10 @@ class GaussianMixtureModel(Model):
             raise ValueError("t_map overflowed on extreme statistics; lower the step size.")
         cov, pc = _repair(cov, self.covariance_type, self.reg_covar)
         return GMMParams(weights, m + self.shift, cov, pc, self.covariance_type)
+
+    def geometry(self, theta, s_hat):
+        """Per-component whitening (:func:`.gmm_geometry.gmm_geometry`, ``docs/geometry.md``)."""
+        return gmm_geometry(self, theta, s_hat)
 
     # ------------------------------------------------------------------ likelihood & co
     def log_likelihood(self, X, theta) -> np.ndarray:

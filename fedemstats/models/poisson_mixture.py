@@ -20,6 +20,7 @@ from ._mixture import component_mass, draw_components
 from ._patterns import rows_per_chunk, segment_sums
 from ._summaries import SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
 from .base import Model
+from .poisson_geometry import poisson_geometry
 
 __all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
            "RATE_FLOOR"]
@@ -120,6 +121,10 @@ class PoissonMixtureModel(Model):
         parts = self.unpack_stats(s)
         s0, weights = component_mass(parts["resp"])
         return PoissonMixtureParams(weights, np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR))
+
+    def geometry(self, theta, s_hat):
+        """Rate scaling (:func:`.poisson_geometry.poisson_geometry`, ``docs/geometry.md``)."""
+        return poisson_geometry(self, theta, s_hat, RATE_FLOOR)
 
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-probability of each row, shape (n,)."""

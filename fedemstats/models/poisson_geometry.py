@@ -1,0 +1,78 @@
+"""Compression geometry of the Poisson mixture: rate scaling.
+
+Statistics ``(S0_k, S1_kj) = (r_k, r_k E[y_j])``. P leaves ``S0`` unchanged and scales
+``S1_kj`` by ``1 / λ_kj``: ``y1_kj = S1_kj / λ_kj``, so that at θ = T(Ŝ) component k reads
+``(π_k, π_k … π_k)`` (up to ``Σ S0 = 1``) whatever the counts' units, and the trust
+region's rate ratio is ``λ'_kj / λ_kj = y1'_kj / S0'_k``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, split_blocks
+from ._mixture import RESP_FLOOR
+
+__all__ = ["PoissonGeometry", "poisson_geometry"]
+
+
+class PoissonGeometry(Geometry):
+    """Per-rate scaling of a Poisson mixture's statistics (see module docstring).
+
+    Parameters
+    ----------
+    model, theta, s_hat : PoissonMixtureModel, PoissonMixtureParams, ndarray of shape (q,)
+        The model, ``T(s_hat)`` and the iterate (its ``resp`` gives the current masses).
+    rate_floor : float
+        The T-map's rate floor (``poisson_mixture.RATE_FLOOR``).
+
+    Attributes
+    ----------
+    blocks : ndarray of int64
+        ``resp``; then ``sum_y`` per component.
+    unchecked : ndarray of bool of shape (K,)
+        Components with weight < :data:`MIN_WEIGHT`: identity map, not checked.
+    fallback : ndarray of bool of shape (K, d)
+        Rates on the identity map (their component is unchecked, or ``λ_kj`` is not finite
+        and > 0).
+    rate_checked : ndarray of bool of shape (K, d)
+        Rates whose ratio the trust region checks: not on the identity map and not at the
+        T-map's floor at Ŝ (``S1_kj / S0_k > rate_floor``).
+    """
+
+    def __init__(self, model, theta, s_hat, rate_floor):
+        parts = model.layout.unpack(np.asarray(s_hat, dtype=np.float64))
+        self.s0 = np.maximum(parts["resp"], RESP_FLOOR)
+        rates = np.asarray(theta.rates, dtype=np.float64)
+        self.unchecked = ~(np.asarray(theta.weights) >= MIN_WEIGHT)
+        self.fallback = self.unchecked[:, None] | ~(np.isfinite(rates) & (rates > 0))
+        log_fallback("Poisson geometry", "rates (k, j)", self.fallback)
+        self.rates = np.where(self.fallback, 1.0, rates)
+        self.rate_checked = ~self.fallback & (parts["sum_y"] / self.s0[:, None] > rate_floor)
+        self.layout = model.layout
+        self.blocks = split_blocks(model.layout, {"sum_y": model.n_components})
+
+    names = ("resp", "sum_y")
+
+    def _scaled(self, x, factor):
+        s0, s1 = self._split(x)
+        return self._join(s0, s1 * factor)
+
+    def forward(self, x):
+        """``P x`` for rows x (m, q) -> (m, q)."""
+        return self._scaled(x, 1.0 / self.rates)
+
+    def inverse(self, y):
+        """``P⁻¹ y`` for rows y (m, q) -> (m, q)."""
+        return self._scaled(y, self.rates)
+
+    def _inside(self, points):
+        s0, y1 = self._split(self.forward(points))
+        weights_ok = np.all((s0 >= TRUST_RATIO * self.s0) | self.unchecked, axis=1)
+        ratio = y1 / np.maximum(s0, RESP_FLOOR)[..., None]
+        return weights_ok & np.all((ratio >= TRUST_RATIO) | ~self.rate_checked, axis=(1, 2))
+
+
+def poisson_geometry(model, theta, s_hat, rate_floor) -> Geometry:
+    """:class:`PoissonGeometry`, or the identity if ``s_hat`` is not finite
+    (:func:`._geometry.build_geometry`)."""
+    return build_geometry(PoissonGeometry, model, theta, s_hat, rate_floor)

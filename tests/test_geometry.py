@@ -1,0 +1,344 @@
+"""Compression in the model's own geometry (issue 11 item 1; docs/geometry.md).
+
+Every model's map P(θ, Ŝ) is checked for: exact inversion, the canonical form of the
+current point, block boundaries from the *stored* layout (packed symmetric blocks
+included), unbiased decoding P⁻¹ Quant(P Δ), why it prevents the collapse on a real
+table, the trust region, the fallbacks and determinism.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, packed_model, raw_min_eigenvalue, make_case,
+                             shrink_step, symmetric_rows)
+
+from fedemstats.compression import RandomDithering
+from fedemstats.federation import Federation
+from fedemstats.models import GaussianMixtureModel, GMMParams, Model
+from fedemstats.models._geometry import MAX_HALVINGS, TRUST_RATIO, IdentityGeometry, split_blocks
+from fedemstats.models.gaussian_missing import GaussianParams
+
+N_SE = 4.0       # Monte Carlo tolerance in standard errors
+N_MC = 4000      # Monte Carlo draws
+ROUND_TRIP = 1e-12
+
+
+# ---------------------------------------------------------------------- inversion
+@pytest.mark.parametrize("name", CASES)
+def test_inverse_of_forward_is_identity(name):
+    model, _, theta, s_hat = make_case(name)
+    G = model.geometry(theta, s_hat)
+    assert not isinstance(G, IdentityGeometry), "the test setup should whiten"
+    x = np.random.default_rng(1).normal(size=(7, model.q))
+    for a, b in ((G.inverse(G.forward(x)), x), (G.forward(G.inverse(x)), x)):
+        assert a.shape == x.shape and a.dtype == np.float64
+        assert np.max(np.abs(a - b)) <= ROUND_TRIP * np.max(np.abs(b))
+    assert np.allclose(G.forward(x[0]), G.forward(x)[:1])  # a single vector is one row
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_map_is_linear_and_not_the_identity(name):
+    model, _, theta, s_hat = make_case(name)
+    G = model.geometry(theta, s_hat)
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, model.q))
+    assert np.allclose(G.forward(2.0 * a - 3.0 * b), 2.0 * G.forward(a) - 3.0 * G.forward(b), rtol=1e-10, atol=1e-10)
+    assert not np.allclose(G.forward(a), a)
+
+
+# ---------------------------------------------------------------------- canonical form
+@pytest.mark.parametrize("name", CASES)
+def test_current_point_maps_to_canonical_form(name):
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    y = G.whiten_point(s_hat)[0]
+    assert np.allclose(y, canonical(name, model, s_hat), rtol=1e-8, atol=1e-8)
+
+
+def test_canonical_form_with_reg_covar():
+    """With reg_covar the whitened second moment is π_k (I − reg L⁻¹L⁻ᵀ), Σ_k = L Lᵀ."""
+    model, _, theta, s_hat = make_case("gmm-full", reg=1e-3)
+    y = model.layout.unpack(model.geometry(theta, s_hat).forward(s_hat)[0])
+    L_inv = np.linalg.inv(np.linalg.cholesky(theta.covariances))
+    s0 = model.layout.unpack(s_hat)["resp"]
+    expected = s0[:, None, None] * (np.eye(model.n_features) - 1e-3 * L_inv @ np.swapaxes(L_inv, 1, 2))
+    assert np.allclose(y["sum_xx"], expected, atol=1e-10)
+
+
+# ---------------------------------------------------------------------- blocks and the stored layout
+def _expected_sizes(layout, parts):
+    """Chunk sizes: each layout block's *stored* size, split into its number of chunks."""
+    n = np.array([parts.get(name, 1) for name in layout.names])
+    return np.repeat(np.diff(layout.offsets) // n, n)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_blocks_follow_the_stored_layout(name):
+    model, _, theta, s_hat = make_case(name)
+    G = model.geometry(theta, s_hat)
+    assert G.blocks.dtype == np.int64 and G.blocks[0] == 0 and G.blocks[-1] == model.layout.size
+    assert set(model.layout.offsets.tolist()) <= set(G.blocks.tolist())  # never straddles a statistic
+    assert np.array_equal(np.diff(G.blocks), _expected_sizes(model.layout, expected_parts(name, model)))
+    assert np.array_equal(G.blocks, split_blocks(model.layout, expected_parts(name, model)))
+
+
+@pytest.mark.parametrize("name", PACKABLE)
+def test_geometry_works_on_packed_symmetric_blocks(name):
+    model, _, theta, s_hat = make_case(name)
+    pmodel = packed_model(model)
+    lay, plain = pmodel.layout, model.layout
+    to_packed = lambda v: lay.pack(plain.unpack(v))  # noqa: E731
+    s_packed = to_packed(s_hat)
+    G, P = model.geometry(theta, s_hat), pmodel.geometry(theta, s_packed)
+    assert P.blocks[-1] == lay.size                    # a d x d assumption would overrun
+    assert np.array_equal(np.diff(P.blocks), _expected_sizes(lay, expected_parts(name, model)))
+    x = symmetric_rows(model, np.random.default_rng(3))
+    assert np.allclose(P.forward(to_packed(x)), to_packed(G.forward(x)), rtol=1e-10, atol=1e-10)
+    xp = np.random.default_rng(4).normal(size=(5, lay.size))
+    assert np.allclose(P.inverse(P.forward(xp)), xp, rtol=1e-10, atol=1e-10)
+    step = -0.9 * shrink_step(name, model, s_hat)
+    assert P.step_fraction(s_packed, to_packed(step)) == G.step_fraction(s_hat, step) == 0.5
+
+
+# ---------------------------------------------------------------------- unbiasedness
+def _mc_decode(G, delta, comp, seed, inverse=None):
+    rows = np.repeat(G.forward(delta), N_MC, axis=0)
+    decoded = comp.decompress(comp.compress(rows, np.random.default_rng(seed), G.blocks))
+    return (inverse or G.inverse)(decoded)
+
+
+def _assert_unbiased(samples, x):
+    se = samples.std(axis=0, ddof=1) / math.sqrt(samples.shape[0])
+    err = np.abs(samples.mean(axis=0) - x)
+    bad = err > N_SE * se + 1e-12 * np.max(np.abs(x))  # round-off of P⁻¹ is relative to the whole row
+    assert not bad.any(), f"biased coordinates {np.flatnonzero(bad)}: err {err[bad]}, se {se[bad]}"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_decoding_in_the_geometry_is_unbiased(name):
+    model, fed, theta, s_hat = make_case(name)
+    G = model.geometry(theta, s_hat)
+    delta = model.client_stats(fed, theta, [2])[0][0] - s_hat
+    _assert_unbiased(_mc_decode(G, delta, RandomDithering(s=4), seed=5), delta)
+
+
+def test_unbiasedness_check_has_power():
+    """Decoding with the inverse of another iterate's map is biased, and the check sees it."""
+    model, fed, theta, s_hat = make_case("gmm-full")
+    other = model.geometry(*make_case("gmm-full", em_steps=1)[2:])
+    G = model.geometry(theta, s_hat)
+    delta = model.client_stats(fed, theta, [2])[0][0] - s_hat
+    with pytest.raises(AssertionError, match="biased"):
+        _assert_unbiased(_mc_decode(G, delta, RandomDithering(s=4), 5, inverse=other.inverse), delta)
+
+
+# ---------------------------------------------------------------------- why: the collapse on real data
+def test_geometry_prevents_indefinite_covariances_on_diabetes():
+    """Standardised diabetes (s1, s2 correlate 0.90), 3-component full GMM at EM's fixed point,
+    20 clients: one FedEM round Ŝ + Σ_i w_i q_i with quantised deviations Δ_i = s_i − Ŝ
+    (whose mean is the mean field, 0 here) makes a covariance indefinite almost always when
+    Δ_i is quantised in raw coordinates, and (almost) never in the model's geometry."""
+    from sklearn.datasets import load_diabetes
+    X = load_diabetes().data
+    X = (X - X.mean(0)) / X.std(0)
+    fed = Federation(X, np.linspace(0, X.shape[0], 21).astype(int))
+    model = GaussianMixtureModel.from_federation(fed, n_components=3, covariance_type="full")
+    theta = model.init_theta(fed, rng=0)
+    for _ in range(300):
+        s_hat = model.mean_stats(fed, theta)
+        theta = model.t_map(s_hat)
+    assert np.linalg.norm(model.mean_field(fed, s_hat)) < 1e-6           # at the fixed point
+    assert raw_min_eigenvalue(model, s_hat) > 0
+    delta = model.client_stats(fed, theta)[0] - s_hat
+    G, comp, rng = model.geometry(theta, s_hat), RandomDithering(s=4), np.random.default_rng(0)
+    trials, raw, geo = 100, 0, 0
+    for _ in range(trials):
+        raw += raw_min_eigenvalue(model, s_hat + fed.weights @ comp(delta, rng, model.layout.offsets)) <= 0
+        geo += raw_min_eigenvalue(model, s_hat + fed.weights @ G.inverse(comp(G.forward(delta), rng, G.blocks))) <= 0
+    assert raw / trials >= 0.5, raw
+    assert geo / trials <= 0.05 and geo * 10 <= raw, (raw, geo)
+
+
+# ---------------------------------------------------------------------- trust region
+@pytest.mark.parametrize("name", CASES)
+def test_small_steps_are_accepted_whole(name):
+    model, fed, theta, s_hat = make_case(name, em_steps=60)
+    G = model.geometry(theta, s_hat)
+    assert G.step_fraction(s_hat, model.mean_field(fed, s_hat)) == 1.0   # an EM step near convergence
+    small = 1e-4 * np.abs(s_hat).max() * np.random.default_rng(0).standard_normal(model.q)
+    assert G.step_fraction(s_hat, small) == 1.0
+    assert G.step_fraction(s_hat, np.zeros(model.q)) == 1.0
+
+
+@pytest.mark.parametrize("name", ["gmm-full", "gmm-tied", "gaussian-missing"])
+def test_safeguarded_em_reaches_em_fixed_point(name):
+    """s <- s + t h(s) with t = step_fraction (cut early on, 1 near the end) converges where EM does:
+    the trust region keeps the fixed point."""
+    model, fed, theta, s_hat = make_case(name, em_steps=1)
+    s_em, s, cuts = s_hat.copy(), s_hat.copy(), 0
+    for _ in range(150):
+        s_em = s_em + model.mean_field(fed, s_em)
+        h = model.mean_field(fed, s)
+        t = model.geometry(model.t_map(s), s).step_fraction(s, h)
+        cuts += t < 1
+        s = s + t * h
+    assert cuts > 0 and t == 1.0 and np.linalg.norm(model.mean_field(fed, s)) < 1e-8
+    assert np.allclose(s, s_em, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_collapsing_step_is_cut_to_the_largest_safe_fraction(name):
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    step = -0.9 * shrink_step(name, model, s_hat)  # t = 1 leaves 0.1x, t = 1/2 leaves 0.55x
+    t = G.step_fraction(s_hat, step)
+    assert t == 0.5
+    assert G._inside((s_hat + t * step)[None])[0] and not G._inside((s_hat + 2 * t * step)[None])[0]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_no_fraction_fits_returns_zero(name):
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    assert G.step_fraction(s_hat, -(2.0 ** (MAX_HALVINGS + 1)) * shrink_step(name, model, s_hat)) == 0.0
+    assert G.step_fraction(s_hat, np.full(model.q, np.nan)) == 0.0
+
+
+def test_trust_region_rejects_an_indefinite_covariance_and_accepts_a_valid_one():
+    model, _, theta, s_hat = make_case("gmm-full")
+    G = model.geometry(theta, s_hat)
+    p = model.layout.unpack(s_hat)
+    w, V = np.linalg.eigh(theta.covariances[0])
+    step_parts = {k: np.zeros_like(v) for k, v in p.items()}
+    step_parts["sum_xx"][0] = -2.0 * p["resp"][0] * w[0] * np.outer(V[:, 0], V[:, 0])  # t = 1: eigenvalue -w0
+    step = model.layout.pack(step_parts)
+    assert raw_min_eigenvalue(model, s_hat + step) < 0
+    t = G.step_fraction(s_hat, step)
+    assert 0 < t < 1 and t == 0.25    # 1 - 2t >= TRUST_RATIO
+    accepted = s_hat + t * step
+    assert raw_min_eigenvalue(model, accepted) >= TRUST_RATIO * w[0] * (1 - 1e-6)
+    assert model.layout.unpack(accepted)["resp"].min() >= TRUST_RATIO * p["resp"].min()
+
+
+def test_identity_geometry_contract():
+    model, _, theta, s_hat = make_case("gmm-full")
+    G = Model.geometry(model, theta, s_hat)
+    assert isinstance(G, IdentityGeometry) and np.array_equal(G.blocks, model.layout.offsets)
+    x = np.random.default_rng(0).normal(size=(3, model.q))
+    y = G.forward(x)
+    assert np.array_equal(y, x) and y is not x and np.array_equal(G.inverse(x), x)
+    assert G.step_fraction(s_hat, -1e6 * s_hat) == 1.0
+
+
+# ---------------------------------------------------------------------- fallbacks
+def _gmm_with(theta, **changes):
+    fields = dict(weights=theta.weights, means=theta.means, covariances=theta.covariances,
+                  precisions_cholesky=theta.precisions_cholesky, covariance_type=theta.covariance_type)
+    fields.update(changes)
+    return GMMParams(**fields)
+
+
+def _assert_sane(G, model, s_hat):
+    x = np.random.default_rng(9).normal(size=(4, model.q))
+    y = G.forward(x)
+    assert np.all(np.isfinite(y)) and np.allclose(G.inverse(y), x, rtol=1e-9, atol=1e-9)
+    assert 0.0 <= G.step_fraction(s_hat, 1e-3 * x[0]) <= 1.0
+
+
+def _singular(theta):
+    cov = theta.covariances.copy()
+    v = np.arange(1.0, theta.n_features + 1)
+    cov[0] = np.outer(v, v)
+    return cov
+
+
+def _cond14(theta):
+    cov = theta.covariances.copy()
+    Q = np.linalg.qr(np.random.default_rng(0).normal(size=cov.shape[1:]))[0]
+    cov[0] = (Q * np.logspace(0, -14, cov.shape[1])) @ Q.T
+    return cov
+
+
+@pytest.mark.parametrize("kind", ["zero-weight", "singular", "cond-1e14", "nan-covariance"])
+def test_gmm_component_fallback(kind, caplog):
+    model, fed, theta, s_hat = make_case("gmm-full")
+    if kind == "zero-weight":
+        p = {k: v.copy() for k, v in model.layout.unpack(s_hat).items()}
+        for v in p.values():
+            v[0] = 0.0
+        s_hat = model.layout.pack(p)
+        theta = model.t_map(s_hat)
+    else:
+        bad = {"singular": _singular, "cond-1e14": _cond14,
+               "nan-covariance": lambda th: np.where(np.arange(3)[:, None, None] == 0, np.nan, th.covariances)}
+        theta = _gmm_with(theta, covariances=bad[kind](theta))
+    with caplog.at_level(logging.DEBUG, logger="fedemstats.models._geometry"):
+        G = model.geometry(theta, s_hat)
+    assert "identity map" in caplog.text
+    assert G.fallback.tolist() == [True, False, False]
+    assert G.unchecked.tolist() == [kind == "zero-weight", False, False]
+    _assert_sane(G, model, s_hat)
+    x = np.random.default_rng(1).normal(size=(2, model.q))
+    y, lay = G.forward(x), model.layout
+    for blk in ("sum_x", "sum_xx"):                    # component 0's blocks are untouched
+        assert np.array_equal(lay.unpack(y)[blk][:, 0], lay.unpack(x)[blk][:, 0])
+    assert G.step_fraction(s_hat, model.mean_field(fed, s_hat)) > 0.0   # the other components still move
+    drop = np.zeros(model.q)
+    drop[lay.slice("resp")][0] = -0.9 * max(lay.unpack(s_hat)["resp"][0], 1e-3)
+    # an empty component is not checked; a live one on the identity map keeps its weight check
+    assert G.step_fraction(s_hat, drop) == (1.0 if kind == "zero-weight" else 0.5)
+
+
+@pytest.mark.parametrize("name, breaker", [
+    ("gmm-tied", lambda th: _gmm_with(th, covariances=np.zeros_like(th.covariances))),
+    ("gaussian-missing", lambda th: GaussianParams(th.mean, np.ones_like(th.covariance))),
+    ("gaussian-missing", lambda th: GaussianParams(th.mean * np.inf, th.covariance)),
+])
+def test_whole_map_falls_back_to_identity(name, breaker, caplog):
+    model, _, theta, s_hat = make_case(name)
+    with caplog.at_level(logging.DEBUG, logger="fedemstats.models._geometry"):
+        G = model.geometry(breaker(theta), s_hat)
+    assert isinstance(G, IdentityGeometry) and "identity map" in caplog.text
+    _assert_sane(G, model, s_hat)
+
+
+@pytest.mark.parametrize("name", ["fa", "fa-missing"])
+def test_factor_fallbacks(name):
+    model, _, theta, s_hat = make_case(name)
+    p = {k: v.copy() for k, v in model.layout.unpack(s_hat).items()}
+    p["sum_zz"][:] = 0.0                               # S_zz singular: no whitening at all
+    assert isinstance(model.geometry(theta, model.layout.pack(p)), IdentityGeometry)
+    heywood = type(theta)(theta.components, theta.noise_variance * np.r_[1e-13, np.ones(3)], theta.mean)
+    G = model.geometry(heywood, s_hat)                 # a Heywood coordinate: not residualised
+    assert G.fallback.tolist() == [True, False, False, False]
+    _assert_sane(G, model, s_hat)
+    assert isinstance(model.geometry(theta, np.full(model.q, np.nan)), IdentityGeometry)
+
+
+@pytest.mark.parametrize("name", ["poisson", "poisson-missing"])
+def test_poisson_fallbacks(name):
+    model, fed, theta, s_hat = make_case(name)
+    rates = theta.rates.copy()
+    rates[1, 2] = 0.0
+    weights = theta.weights.copy()
+    weights[0] = 0.0                                   # an empty component
+    G = model.geometry(type(theta)(weights, rates), s_hat)
+    assert G.unchecked.tolist() == [True, False, False]
+    assert G.fallback[0].all() and G.fallback[1, 2] and G.fallback.sum() == model.n_features + 1
+    _assert_sane(G, model, s_hat)
+    assert G.step_fraction(s_hat, model.mean_field(fed, s_hat)) > 0.0
+
+
+# ---------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("name", CASES)
+def test_deterministic(name):
+    model, _, theta, s_hat = make_case(name)
+    x = np.random.default_rng(0).normal(size=(3, model.q))
+    G1, G2 = model.geometry(theta, s_hat), model.geometry(theta, s_hat.copy())
+    assert np.array_equal(G1.blocks, G2.blocks)
+    assert G1.forward(x).tobytes() == G2.forward(x).tobytes()
+    assert G1.inverse(x).tobytes() == G2.inverse(x).tobytes()
+    assert G1.step_fraction(s_hat, x[0]) == G2.step_fraction(s_hat, x[0])
