@@ -108,11 +108,13 @@ def test_omega_is_attained_in_tight_cases(comp, x):
 
 
 def test_omega_formulas():
-    assert RandomDithering(s=4).omega(100) == pytest.approx(min(100 / 64, 10 / 4))
-    assert RandomDithering(s=1).omega(10_000) == pytest.approx(100.0)
+    assert RandomDithering(s=4, block_size=None).omega(100) == pytest.approx(min(100 / 64, 10 / 4))
+    assert RandomDithering(s=4).omega(100) == pytest.approx(min(50 / 64, math.sqrt(50) / 4))  # 2 chunks of 50
+    assert RandomDithering(s=1, block_size=None).omega(10_000) == pytest.approx(100.0)
+    assert RandomDithering(s=1).omega(10_000) == pytest.approx(min(64 / 4, 8.0))  # chunks of <= 64
     per_block = RandomDithering(s=2, per_block=True)
     assert per_block.omega(18, BLOCKS) == pytest.approx(min(8 / 16, math.sqrt(8) / 2))
-    single = RandomDithering(s=2, per_block=False)
+    single = RandomDithering(s=2, per_block=False, block_size=None)
     assert single.omega(18, BLOCKS) == pytest.approx(min(18 / 16, math.sqrt(18) / 2))
     assert RandomDithering(s=2).omega(18, BLOCKS) == per_block.omega(18, BLOCKS)  # per-block by default
     assert BlockP(p=2).omega(18, BLOCKS) == pytest.approx(math.sqrt(8) - 1)

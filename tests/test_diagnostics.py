@@ -84,15 +84,54 @@ def test_theorem_step_sizes():
     assert dg.fedem_gamma_max(1.0, 1.0, 1.0, 15.0, 4) == pytest.approx(2 / (2 * math.sqrt(2) * 64))
     assert dg.em_gamma_max(1.0, 2.0) == 1.0
     # eq. (10): ≈ v_min / L_W when ω³ ≪ n, and decreasing in ω
-    assert dg.vr_fedem_gamma(1.0, 1.0, 1.0, 0.0, 10**8) == pytest.approx(1.0, rel=1e-3)
-    gammas = [dg.vr_fedem_gamma(1.0, 2.0, 1.0, w, 10) for w in (0.0, 1.0, 10.0, 100.0)]
+    assert dg.vr_fedem_gamma(1.0, 1.0, 1.0, 1.0, 0.0, 10**8) == pytest.approx(1.0, rel=1e-3)
+    gammas = [dg.vr_fedem_gamma(1.0, 2.0, 1.0, 1.0, w, 10) for w in (0.0, 1.0, 10.0, 100.0)]
     assert all(a > b for a, b in zip(gammas, gammas[1:]))
     assert dg.vr_fedem_batch_size(32, 1.0) == 8
     assert dg.compression_regime_ratio(1000, 9.0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="v_min"):
         dg.fedem_gamma_max(0.0, 1.0, 1.0, 1.0, 10)
     with pytest.raises(ValueError, match="n"):
-        dg.vr_fedem_gamma(1.0, 1.0, 1.0, 1.0, 0)
+        dg.vr_fedem_gamma(1.0, 1.0, 1.0, 1.0, 1.0, 0)
+
+
+@pytest.mark.parametrize("v_min, v_max, L_W, L", [(1.0, 1.0, 1.0, 1.0), (0.3, 2.0, 5.0, 0.7), (2.0, 3.0, 0.5, 4.0)])
+def test_vr_fedem_gamma_is_spider_em_at_one_worker_without_compression(v_min, v_max, L_W, L):
+    """Eq. (10) at n = 1, ω = 0 must be SPIDER-EM's v_min / (L_W + 2 v_max L) (Fort et al. 2020)."""
+    assert dg.vr_fedem_gamma(v_min, v_max, L_W, L, 0.0, 1) == pytest.approx(v_min / (L_W + 2 * v_max * L))
+
+
+def test_vr_fedem_gamma_against_eq_10():
+    v_min, v_max, L_W, L, w, n = 0.5, 2.0, 3.0, 1.5, 4.0, 25
+    factor = 4 * math.sqrt(2) * v_max * L / (L_W * math.sqrt(n)) * (1 + w) * math.sqrt(w + (1 + 10 * w) / 8)
+    assert dg.vr_fedem_gamma(v_min, v_max, L_W, L, w, n) == pytest.approx(v_min / L_W / (1 + factor))
+    assert dg.vr_fedem_gamma(v_min, v_max, L_W, 2 * L, w, n) < dg.vr_fedem_gamma(v_min, v_max, L_W, L, w, n)
+
+
+def test_theory_step_is_continuous_at_no_compression():
+    from fedemstats.algorithms.step_size import THEORY_STEP_SCALE, theory_step_size
+
+    ones = np.ones(20)
+    assert theory_step_size(0.0, 20, ones) == 1.0
+    assert theory_step_size(1e-9, 20, ones) == 1.0  # the old rule gave 0.36 here
+    steps = [theory_step_size(w, 20, ones) for w in np.logspace(-9, 3, 60)]
+    assert all(a >= b for a, b in zip(steps, steps[1:]))  # monotone in ω, no jump
+    big = 1e3  # the theorem's √n / ω^{3/2} decay for large ω
+    assert theory_step_size(big, 20, ones) == pytest.approx(
+        THEORY_STEP_SCALE * math.sqrt(20) / (math.sqrt(big) * (1 + big)))
+
+
+def test_theory_step_shrinks_with_mini_batch_noise_as_corollary_2():
+    from fedemstats.algorithms.step_size import corollary2_step, make_step_size, theory_step_size
+
+    n, w, s2, k_max = 20, 0.5, 0.25, 400
+    expected = min(math.sqrt(n / (k_max * (1 + 5 * w) * s2)), theory_step_size(w, n, np.ones(n)))
+    assert corollary2_step(n, w, s2, k_max, 1.0) == pytest.approx(math.sqrt(n / (k_max * (1 + 5 * w) * s2)))
+    assert theory_step_size(w, n, np.ones(n), sigma2=s2, k_max=k_max) == pytest.approx(expected)
+    assert make_step_size("theory", omega=w, n_clients=n, inclusion=np.ones(n), sigma2=s2, k_max=k_max)(7) \
+        == pytest.approx(expected)
+    # a longer run or noisier batches need a smaller step: the noise is averaged out
+    assert theory_step_size(w, n, np.ones(n), sigma2=s2, k_max=4 * k_max) == pytest.approx(expected / 2)
 
 
 def test_convergence_table_epochs_and_first_reach():

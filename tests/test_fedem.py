@@ -4,7 +4,7 @@ import pytest
 from _toy_models import GaussianMeanModel
 
 from fedemstats.algorithms import FedEM, client_update, server_update
-from fedemstats.algorithms.base import StepSize, auto_step_size, make_step_size
+from fedemstats.algorithms.base import StepSize, theory_step_size, make_step_size
 from fedemstats.compression.base import Compressor, Identity, Message, uniform_rows
 from fedemstats.federation import Federation
 from fedemstats.participation import BernoulliParticipation, FixedSizeParticipation
@@ -129,11 +129,11 @@ def test_same_seed_same_history_and_different_seed_differs():
 def test_step_size_schedules():
     assert make_step_size(0.5)(10) == 0.5
     assert StepSize(1.0, 0.6)(4) == pytest.approx(4 ** -0.6)
-    assert auto_step_size(0.0, 10, np.ones(10)) == 1.0
-    small_n = auto_step_size(1.3, 20, np.ones(20))
+    assert theory_step_size(0.0, 10, np.ones(10)) == 1.0
+    small_n = theory_step_size(1.3, 20, np.ones(20))
     assert 0.05 < small_n < 0.2  # the SPEC §3 prototype: 0.1 converges, 0.25 oscillates
-    assert auto_step_size(8.0, 20, np.ones(20)) < small_n  # more compression, smaller step
-    assert auto_step_size(1.3, 20, np.full(20, 0.1)) < small_n  # partial participation too
+    assert theory_step_size(8.0, 20, np.ones(20)) < small_n  # more compression, smaller step
+    assert theory_step_size(1.3, 20, np.full(20, 0.1)) < small_n  # partial participation too
     with pytest.raises(ValueError):
         make_step_size(-1.0)
     with pytest.raises(ValueError):

@@ -33,7 +33,7 @@ def exact_em_path(model, fed, theta0, gamma, n_rounds):
 @pytest.mark.parametrize("gamma", [1.0, 0.6])
 def test_one_worker_identity_full_batch_is_exact_em_with_step_gamma(gamma):
     model, fed, theta0 = gmm_federation(n_clients=1, rows=150)
-    vr = VRFedEM(model, step_size=gamma, batch_size=150, k_in=4)
+    vr = VRFedEM(model, step_size=gamma, batch_size=150, k_in=4, safeguard=False)  # the recursion as stated
     run = vr.start(fed, theta0, random_state=0)
     expected = exact_em_path(model, fed, theta0, gamma, 11)
     for k in range(1, 12):

@@ -3,9 +3,9 @@ from .base import Algorithm, AlgorithmRun, AlgorithmState, FitResult
 from .fedem import DivergenceError, FedEM, client_update, server_update
 from .history import History
 from .online import naive_compressed_em, online_em, stochastic_fedem
-from .step_size import StepSize, auto_step_size, make_step_size
+from .step_size import StepSize, theory_step_size, make_step_size
 from .vr_fedem import VRFedEM
 
 __all__ = ["Algorithm", "AlgorithmRun", "FedEM", "VRFedEM", "DivergenceError", "client_update", "server_update",
            "online_em", "stochastic_fedem", "naive_compressed_em", "AlgorithmState", "FitResult", "History",
-           "StepSize", "auto_step_size", "make_step_size"]
+           "StepSize", "theory_step_size", "make_step_size"]

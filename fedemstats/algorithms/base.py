@@ -25,10 +25,10 @@ from .controller import StepController
 from .server import check_iterate, direction
 from .history import History
 from .state import ENTROPY_BOUND, AlgorithmRun, AlgorithmState, FitResult, draw_entropy
-from .step_size import StepSize, auto_step_size, effective_omega, make_step_size
+from .step_size import THEORY_ROW_VARIANCE, StepSize, effective_omega, make_step_size, theory_step_size
 
 __all__ = ["Algorithm", "AlgorithmRun", "AlgorithmState", "FitResult", "draw_entropy", "V_INIT_CHOICES",
-           "ENTROPY_BOUND", "StepSize", "make_step_size", "auto_step_size", "effective_omega"]
+           "ENTROPY_BOUND", "StepSize", "make_step_size", "theory_step_size", "effective_omega"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,17 +105,24 @@ class Algorithm:
         return (self.omega() > 0.0 or not self.full_batches()
                 or bool(np.any(self.participation.inclusion(n_clients) < 1.0)))
 
-    def schedule(self, n_clients):
-        """The step sizes γ_k of a user or theorem rule (``"auto"``: the exact-EM step, 1)."""
-        spec = 1.0 if isinstance(self.step_size, str) and self.step_size == "auto" else self.step_size
-        return make_step_size(spec, omega=self.omega(), n_clients=n_clients,
-                              inclusion=self.participation.inclusion(n_clients))
+    def schedule(self, n_clients, budget=None):
+        """The step sizes γ_k of a user or theorem rule (``"auto"``: the exact-EM step, 1).
 
-    def controller(self, n_clients) -> StepController:
+        ``"theory"`` with mini-batches uses Corollary 2 with σ² = THEORY_ROW_VARIANCE / b over
+        ``budget`` rounds."""
+        sigma2 = 0.0 if self.full_batches() else THEORY_ROW_VARIANCE / self.rows_per_batch()
+        return make_step_size(self.step_size, omega=self.omega(), n_clients=n_clients,
+                              inclusion=self.participation.inclusion(n_clients), sigma2=sigma2, k_max=budget)
+
+    def rows_per_batch(self) -> int:
+        """b, the mini-batch size (only meaningful when not :meth:`full_batches`)."""
+        return int(self.batch_size)
+
+    def controller(self, n_clients, budget=None) -> StepController:
         """The server's step rule, safeguard and convergence test for ``n_clients`` clients."""
         stochastic = self.stochastic(n_clients)
         adaptive = isinstance(self.step_size, str) and self.step_size == "auto" and stochastic
-        return StepController(None if adaptive else self.schedule(n_clients), stochastic, self.safeguard,
+        return StepController(None if adaptive else self.schedule(n_clients, budget), stochastic, self.safeguard,
                               watchdog=self.full_batches())
 
     def client_geometry(self, theta, s_hat):
@@ -238,7 +245,7 @@ class Algorithm:
             The round's history fields: ``loglik``, ``loglik_se``, ``step_size``,
             ``step_fraction``, ``noise_ratio``, ``rejected``, ``gain``, ``converged``.
         """
-        ctl, cs, k = self.controller(weights.shape[0]), state.control, state.round
+        ctl, cs, k = self.controller(weights.shape[0], state.budget), state.control, state.round
         geometry, coords = geometries
         w = weights[active]
         h, state.v = direction(state.v, q_rows, w, pi, alpha)
@@ -318,6 +325,7 @@ class Algorithm:
         """
         n_rounds = check_int(n_rounds, "n_rounds", minimum=0)
         run = self.start(federation, theta0, random_state, tol)
+        run.state.budget = n_rounds
         converged = False
         for _ in range(n_rounds):
             row = run.step()

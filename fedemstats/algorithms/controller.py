@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
-           "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE"]
+           "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "MINIBATCH_DECAY"]
 
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
@@ -45,6 +45,10 @@ DROP_TOL_FRACTION = 0.1
 CAP_MIN = 1e-4
 #: Rounds in a row the stochastic convergence test must hold (one noisy round is not convergence).
 CONVERGENCE_PATIENCE = 3
+#: With mini-batches "auto" also decays as k^(-MINIBATCH_DECAY) (Robbins-Monro, as online EM):
+#: mini-batch noise is invisible in the messages (it looks like signal), and only a
+#: decreasing step averages it out.
+MINIBATCH_DECAY = 0.6
 
 
 @dataclass
@@ -111,6 +115,8 @@ class StepController:
         self.schedule, self.stochastic = schedule, bool(stochastic)
         self.safeguard = bool(safeguard) and self.stochastic
         self.watchdog = self.safeguard and bool(watchdog)
+        #: mini-batches (the watchdog is off for them): "auto" decays as k^(-MINIBATCH_DECAY)
+        self.decay = MINIBATCH_DECAY if self.stochastic and not watchdog else 0.0
 
     def start(self, loglik0) -> ControllerState:
         """The state after round 0 (every client reported ℓ_i(θ_0))."""
@@ -163,7 +169,8 @@ class StepController:
             return float(self.schedule(k)) * (cs.cap if self.safeguard else 1.0)
         cs.noise_avg, cs.total_avg = _running(cs.noise_avg, noise), _running(cs.total_avg, total)
         wiener = 1.0 - cs.noise_avg / cs.total_avg if cs.total_avg > 0.0 else 1.0
-        return float(max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN))
+        gamma = max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN)
+        return float(min(gamma, float(k) ** -self.decay))
 
     def reject(self, cs):
         """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""

@@ -112,18 +112,9 @@ def direction(v, q_rows, weights, inclusion, alpha):
 
 
 def message_noise(compressor, message):
-    """(signal², noise²) per row: estimates of ‖x‖² and ‖Q(x) − x‖² for what each row encoded."""
-    if hasattr(compressor, "noise_estimate"):
-        return compressor.noise_estimate(message)
-    decoded = compressor.decompress(message)
-    q2 = np.einsum("ij,ij->i", decoded, decoded)
-    if compressor.omega(message.q) == 0.0:
-        return q2, np.zeros_like(q2)
-    if "norms" in message.arrays and message.meta.get("r", 2.0) == 2.0:
-        signal = np.sum(message.arrays["norms"].astype(np.float64) ** 2, axis=1)
-        return signal, np.maximum(q2 - signal, 0.0)
-    omega = compressor.omega(message.q, np.asarray(message.meta.get("blocks", (0, message.q))))
-    return q2 / (1.0 + omega), q2 * omega / (1.0 + omega)
+    """(signal², noise²) per row: estimates of ‖x‖² and ‖Q(x) − x‖² for what each row encoded
+    (:meth:`~fedemstats.compression.Compressor.noise_estimate`)."""
+    return compressor.noise_estimate(message)
 
 
 def decode_messages(compressor, messages, geometry, q):

@@ -40,6 +40,8 @@ class AlgorithmState:
         (:mod:`.controller`).
     scale : float
         max |Ŝ_0|, the reference of the divergence test.
+    budget : int or None
+        Rounds the run plans (``run(n_rounds)``), for rules that depend on it (Corollary 2).
     """
 
     s_hat: np.ndarray
@@ -50,6 +52,7 @@ class AlgorithmState:
     extra: dict = field(default_factory=dict)
     control: object = None
     scale: float = 1.0
+    budget: int | None = None
 
 
 @dataclass

@@ -82,6 +82,11 @@ class VRFedEM(Algorithm):
         """Only ``batch_size="full"`` evaluates every row (else Theorem 3's mini-batches)."""
         return self.batch_size == FULL_BATCH
 
+    def rows_per_batch(self) -> int:
+        """Theorem 3's b, or the given batch size (the smallest client caps it at run time)."""
+        return self.batch_size if isinstance(self.batch_size, int) else vr_fedem_batch_size(
+            self.k_in or 1, self.omega())
+
     def resolved_sizes(self, federation):
         """``(k_in, b)`` for this federation; ``b`` is None for full local passes.
 

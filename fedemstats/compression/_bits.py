@@ -18,7 +18,7 @@ from numba import njit
 from .base import Message
 
 __all__ = [
-    "MAX_CODE_WIDTH", "NORM_BITS", "check_blocks", "block_norms", "float32_norms_up",
+    "MAX_CODE_WIDTH", "NORM_BITS", "check_blocks", "split_blocks", "block_norms", "float32_norms_up",
     "fixed_width", "pack_fixed", "unpack_fixed", "elias_row_bits", "pack_elias",
     "unpack_elias", "expand_scale", "norm_bytes", "split_norms", "stack_padded", "message_to_record",
     "message_from_record",
@@ -74,6 +74,29 @@ def _block_norms_kernel(x, blocks, use_inf, out):
                 t = x[i, j] / m
                 acc += t * t
             out[i, b] = m * np.sqrt(acc)
+
+
+def split_blocks(blocks, max_size):
+    """Cut every block longer than ``max_size`` into near-equal chunks of at most ``max_size``.
+
+    Parameters
+    ----------
+    blocks : ndarray of int64 of shape (n_blocks + 1,)
+        Validated boundaries (:func:`check_blocks`).
+    max_size : int or None
+        None returns ``blocks`` unchanged.
+
+    Returns
+    -------
+    ndarray of int64 of shape (n_chunks + 1,)
+    """
+    if max_size is None:
+        return blocks
+    cuts = [np.array([blocks[0]])]
+    for start, stop in zip(blocks[:-1], blocks[1:]):
+        n_chunks = max(1, -(-int(stop - start) // int(max_size)))
+        cuts.append(np.linspace(start, stop, n_chunks + 1).round().astype(np.int64)[1:])
+    return np.concatenate(cuts).astype(np.int64)
 
 
 def block_norms(x, blocks, r) -> np.ndarray:

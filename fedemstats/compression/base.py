@@ -111,8 +111,16 @@ class Compressor:
             unbiased for ``E||Q(x)||^2``, so an upper noise estimate comes with a lower
             signal estimate. One row's unbiased estimate can be negative: average
             over rows (clients) before taking ratios such as the empirical omega.
+
+        The base class's estimate, for compressors that define nothing better, splits
+        ``||Q(x)||^2`` by the variance bound: signal ``||Q(x)||^2 / (1 + ω)`` and noise
+        ``ω ||Q(x)||^2 / (1 + ω)`` (an upper estimate when ω is a bound, not attained).
         """
-        raise NotImplementedError
+        decoded = self.decompress(message)
+        total = np.einsum("ij,ij->i", decoded, decoded)
+        blocks = message.meta.get("blocks")
+        omega = float(self.omega(message.q, None if blocks is None else np.asarray(blocks, dtype=np.int64)))
+        return total / (1.0 + omega), total * omega / (1.0 + omega)
 
     def bits(self, message: Message) -> int:
         """Exact encoded size in bits of the whole message (sum over rows)."""

@@ -18,6 +18,8 @@ def _parse_value(text: str):
         return float("inf")
     if low in ("true", "false"):
         return low == "true"
+    if low == "none":
+        return None
     for cast in (int, float):
         try:
             return cast(low)

@@ -16,7 +16,8 @@ def _fedem(est, model) -> FedEM:
     """``"fedem"``: paper 003 Algorithm 1 with the estimator's settings."""
     return FedEM(model, compressor=est.compressor, participation=est.participation,
                  step_size=est.step_size, alpha=est.alpha, v_init=est.v_init,
-                 batch_size=est.batch_size, track_h=est.track_h)
+                 batch_size=est.batch_size, track_h=est.track_h, precondition=est.precondition,
+                 safeguard=est.safeguard)
 
 
 def _exact_em(est, model) -> FedEM:
@@ -33,7 +34,7 @@ def _vr_fedem(est, model) -> VRFedEM:
     """``"vr-fedem"``: paper 003 Algorithm 2 (``k_in``; ``batch_size=None`` is Theorem 3's b)."""
     return VRFedEM(model, compressor=est.compressor, participation=est.participation,
                    step_size=est.step_size, alpha=est.alpha, batch_size=est.batch_size,
-                   k_in=est.k_in, track_h=est.track_h)
+                   k_in=est.k_in, track_h=est.track_h, precondition=est.precondition, safeguard=est.safeguard)
 
 
 def _online(est, model) -> FedEM:

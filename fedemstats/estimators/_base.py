@@ -21,6 +21,7 @@ from sklearn.utils.validation import validate_data
 
 from .._validation import check_rng
 from ..algorithms.base import V_INIT_CHOICES
+from ..algorithms.step_size import STEP_RULES
 from ..algorithms.online import DEFAULT_ONLINE_POWER, ONLINE_POWER_RANGE
 from ..algorithms.vr_fedem import FULL_BATCH
 from ..compression import Compressor, make_compressor
@@ -43,7 +44,7 @@ class FederatedEMMixin:
     Subclasses declare these federated hyper-parameters as ``__init__`` arguments:
     ``algorithm, compressor, participation, step_size, alpha, v_init, batch_size,
     k_in, online_power, online_gamma0, max_iter, tol, n_clients, client_weights,
-    track_h, random_state, verbose, verbose_interval``, and merge
+    track_h, precondition, safeguard, random_state, verbose, verbose_interval``, and merge
     :attr:`_parameter_constraints` into their own.
     """
 
@@ -54,7 +55,7 @@ class FederatedEMMixin:
         "compressor": [str, Compressor, None],
         "participation": [Interval(RealNotInt, 0, 1, closed="right"), _POSITIVE_INT, StrOptions({"full"}),
                           Participation, None],
-        "step_size": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}), callable],
+        "step_size": [Interval(Real, 0, None, closed="neither"), StrOptions(set(STEP_RULES)), callable],
         "alpha": [Interval(Real, 0, None, closed="left"), None],
         "v_init": [StrOptions(set(V_INIT_CHOICES))],
         "batch_size": [_POSITIVE_INT, StrOptions({FULL_BATCH}), None],
@@ -66,6 +67,8 @@ class FederatedEMMixin:
         "n_clients": [_POSITIVE_INT],
         "client_weights": [StrOptions(set(CLIENT_WEIGHTS)), "array-like"],
         "track_h": ["boolean"],
+        "precondition": ["boolean"],
+        "safeguard": ["boolean"],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "verbose": ["verbose"],
         "verbose_interval": [_POSITIVE_INT],

@@ -104,7 +104,8 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
                  init_params="kmeans", max_iter=100, tol=1e-4, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field", batch_size=None,
                  k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
-                 client_weights="samples", track_h=False, random_state=None, verbose=0, verbose_interval=10):
+                 client_weights="samples", track_h=False,
+                 precondition=True, safeguard=True, random_state=None, verbose=0, verbose_interval=10):
         self.model = model
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -129,6 +130,8 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.n_clients = n_clients
         self.client_weights = client_weights
         self.track_h = track_h
+        self.precondition = precondition
+        self.safeguard = safeguard
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval

@@ -72,6 +72,15 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     n_clients : int, default=10
         Number of iid clients when neither ``groups`` nor a list of arrays is given.
     client_weights : {"samples", "uniform"}, default="samples"
+    precondition : bool, default=True
+        Compress in the model's geometry (each component whitened by its current mean and
+        covariance), so that quantisation noise is relative to each component's own scale
+        (``docs/geometry.md``). False: raw statistic coordinates (paper 003 as stated).
+    safeguard : bool, default=True
+        In noisy runs (compression, partial participation, mini-batches): a trust region in
+        the model's geometry that no step can leave (weights and whitened covariances shrink
+        at most 4× per round) and a watchdog that undoes a step whose log-likelihood drop
+        exceeds its noise (``docs/fedem.md``). Logged in ``history_``.
     track_h : bool, default=False
         Record the exact ||h(Ŝ_k)||² per round in ``history_`` (extra full pass).
     random_state : int, Generator or None
@@ -114,7 +123,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
                  precisions_init=None, warm_start=False, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
                  batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
-                 n_clients=10, client_weights="samples", track_h=False, random_state=None, verbose=0,
+                 n_clients=10, client_weights="samples", track_h=False,
+                 precondition=True, safeguard=True, random_state=None, verbose=0,
                  verbose_interval=10):
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -140,6 +150,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.n_clients = n_clients
         self.client_weights = client_weights
         self.track_h = track_h
+        self.precondition = precondition
+        self.safeguard = safeguard
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval
