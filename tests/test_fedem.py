@@ -106,13 +106,36 @@ def test_ledger_and_history_count_exact_bits():
     fed = heterogeneous_federation(n_clients=10)
     model = GaussianMeanModel(3)
     res = FedEM(model, compressor=RandomSign(), participation=FixedSizeParticipation(4),
-                step_size=0.2, v_init="zero").run(fed, np.zeros(3), 5, 0)
+                step_size=0.2, v_init="zero", downlink_compressor=None).run(fed, np.zeros(3), 5, 0)
     h = res.history
     assert list(h["n_active"]) == [10, 4, 4, 4, 4, 4]
     # per active client: 7 bits per coordinate + one float64 log-likelihood up, Ŝ (q floats) down
     assert list(h["uplink_bits"][1:]) == [4 * (7 * 3 + 64)] * 5
     assert list(h["downlink_bits"][1:]) == [4 * 3 * 64] * 5
     assert res.ledger.total == int(h["cumulative_bits"].iloc[-1])
+
+
+def test_compressed_downlink_counts_each_clients_catch_up():
+    """Everyone takes part: each round, every client fetches the one update it missed."""
+    fed = heterogeneous_federation(n_clients=10)
+    res = FedEM(GaussianMeanModel(3), compressor="dither:s=4", step_size=0.2).run(fed, np.zeros(3), 6, 0)
+    h = res.history
+    updates = h["broadcast_bits"].to_numpy()
+    # round k's clients fetch the update broadcast at the end of round k - 1 (round 1: Ŝ_0, sent in round 0)
+    np.testing.assert_array_equal(h["downlink_bits"].to_numpy()[2:], 10 * updates[1:-1])
+    assert (updates[1:] < 3 * 64).all()  # fewer bits than Ŝ as float64
+
+
+def test_broadcast_catch_up_is_the_cheaper_of_the_updates_and_the_full_iterate():
+    from fedemstats.algorithms.broadcast import Broadcast
+
+    bc = Broadcast("dither:s=4", q=10)
+    bs = bc.start(3, everyone_has_s0=True)
+    bs.update_bits += [100, 200, 300, 400]  # updates to Ŝ_1 ... Ŝ_4
+    bs.synced[:] = [0, 3, -1]
+    assert bc.catch_up(bs, np.array([0, 1, 2]), 4) == min(1000, 640) + 400 + 640
+    np.testing.assert_array_equal(bs.synced, [4, 4, 4])
+    assert bc.catch_up(bs, np.array([1]), 4) == 0
 
 
 def test_same_seed_same_history_and_different_seed_differs():

@@ -21,6 +21,7 @@ from ..compression import make_compressor
 from ..ledger import FLOAT64_BITS, BitLedger
 from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
+from .broadcast import Broadcast
 from .controller import StepController
 from .server import check_iterate, direction
 from .history import History
@@ -58,6 +59,10 @@ class Algorithm:
         the geometry's blocks.
     safeguard : bool, default=True
         Trust region and log-likelihood watchdog in noisy regimes (:mod:`.controller`).
+    downlink_compressor : "auto", None, str or Compressor, default="auto"
+        How the server sends the iterate (:mod:`.broadcast`): ``"auto"`` quantises its steps
+        with the uplink's compressor (identity uplink: float64, as the paper); None sends
+        Ŝ as float64 every round.
 
     Notes
     -----
@@ -71,7 +76,7 @@ class Algorithm:
     batch_size = None
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto", alpha=None,
-                 track_h=False, precondition=True, safeguard=True):
+                 track_h=False, precondition=True, safeguard=True, downlink_compressor="auto"):
         self.model = model
         self.compressor = make_compressor(compressor)
         self.participation = make_participation(participation)
@@ -80,6 +85,8 @@ class Algorithm:
         self.track_h = bool(track_h)
         self.precondition = bool(precondition)
         self.safeguard = bool(safeguard)
+        self.downlink_compressor = downlink_compressor
+        self.broadcast = Broadcast(Broadcast.spec(downlink_compressor, self.compressor), model.q)
 
     def get_params(self) -> dict:
         """The constructor arguments as stored (compressor and participation as objects)."""
@@ -101,8 +108,8 @@ class Algorithm:
         return self.batch_size is None
 
     def stochastic(self, n_clients) -> bool:
-        """Whether the direction H is noisy: compression, partial participation or mini-batches."""
-        return (self.omega() > 0.0 or not self.full_batches()
+        """Whether the step is noisy: compression either way, partial participation or mini-batches."""
+        return (self.omega() > 0.0 or not self.broadcast.lossless or not self.full_batches()
                 or bool(np.any(self.participation.inclusion(n_clients) < 1.0)))
 
     def schedule(self, n_clients, budget=None):
@@ -124,6 +131,10 @@ class Algorithm:
         adaptive = isinstance(self.step_size, str) and self.step_size == "auto" and stochastic
         return StepController(None if adaptive else self.schedule(n_clients, budget), stochastic, self.safeguard,
                               watchdog=self.full_batches())
+
+    def compressor_down(self):
+        """The downlink's compressor (:mod:`.broadcast`)."""
+        return self.broadcast.compressor
 
     def client_geometry(self, theta, s_hat):
         """Where clients compress: the model's geometry at (θ, Ŝ), unless ``precondition=False``
@@ -185,6 +196,7 @@ class Algorithm:
         # the rounds' log-likelihood memories start from the clients' last exact report
         last = loglik0 if upload1 is None else upload1[1]
         state.control = self.controller(weights.shape[0]).start(last)
+        state.downlink = self.broadcast.start(weights.shape[0], everyone_has_s0=upload1 is not None)
         return state, float(weights @ loglik0)
 
     def round_zero(self, client_stats, theta0, weights, entropy):
@@ -255,15 +267,18 @@ class Algorithm:
                "rejected": False, "step_fraction": 1.0, "noise_ratio": np.nan}
         if ctl.rejects(cs, ll, var, tol or 0.0):
             state.s_hat = ctl.reject(cs)
-            row.update(step_size=0.0, step_fraction=0.0, rejected=True, converged=False)
+            row.update(step_size=0.0, step_fraction=0.0, rejected=True, converged=False,
+                       broadcast_bits=self.broadcast.revert(state.downlink))
         else:
             hy = coords.forward(h[None, :])[0]
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
-            gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy))
+            gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
             fraction = self._trusted_fraction(geometry, state.s_hat, gamma * h) if ctl.safeguard else 1.0
             ctl.accept(cs, state.s_hat, ll, var, gamma, fraction)
-            state.s_hat = state.s_hat + fraction * gamma * h
-            row.update(step_size=gamma, step_fraction=fraction,
+            u, bits = self.broadcast.send(state.downlink, fraction * gamma * h, coords,
+                                          geometry if ctl.safeguard else None, state.s_hat, state.entropy, k)
+            state.s_hat = state.s_hat + u
+            row.update(step_size=gamma, step_fraction=fraction, broadcast_bits=bits,
                        noise_ratio=cs.noise_avg / cs.total_avg if cs.total_avg else np.nan)
             check_iterate(state.s_hat, k + 1, gamma, state.scale)
         state.round = k + 1

@@ -162,13 +162,17 @@ class StepController:
         _, ll_ok, var_ok = cs.accepted
         return loglik < ll_ok - DROP_SIGMAS * np.sqrt(variance + var_ok) - DROP_TOL_FRACTION * tol
 
-    def gamma(self, cs, k, noise, total) -> float:
-        """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap."""
+    def gamma(self, cs, k, noise, total, downlink_noise=None) -> float:
+        """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap.
+
+        ``downlink_noise`` is the broadcast's measured ‖u − step‖² / ‖step‖²: the step's own
+        quantisation noise divides the Wiener factor by 1 + it."""
         if self.schedule is not None:
             # a user's step is scaled down by the rejections (the cap starts at 1), never clipped
             return float(self.schedule(k)) * (cs.cap if self.safeguard else 1.0)
         cs.noise_avg, cs.total_avg = _running(cs.noise_avg, noise), _running(cs.total_avg, total)
         wiener = 1.0 - cs.noise_avg / cs.total_avg if cs.total_avg > 0.0 else 1.0
+        wiener /= 1.0 + (downlink_noise or 0.0)
         gamma = max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN)
         return float(min(gamma, float(k) ** -self.decay))
 

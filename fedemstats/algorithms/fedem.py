@@ -38,6 +38,8 @@ class FedEM(Algorithm):
     safeguard : bool, default=True
         In noisy regimes, the trust region of the model's geometry and the
         log-likelihood watchdog (:mod:`.controller`).
+    downlink_compressor : "auto", None, str or Compressor, default="auto"
+        The server's broadcast of its steps (:mod:`.broadcast`).
 
     Notes
     -----
@@ -47,8 +49,9 @@ class FedEM(Algorithm):
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
                  alpha=None, v_init="mean-field", batch_size=None, track_h=False, precondition=True,
-                 safeguard=True):
-        super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard)
+                 safeguard=True, downlink_compressor="auto"):
+        super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard,
+                         downlink_compressor)
         if v_init not in V_INIT_CHOICES:
             raise ValueError(f"v_init must be one of {V_INIT_CHOICES}; got {v_init!r}.")
         self.v_init = v_init
@@ -73,7 +76,8 @@ class FedEM(Algorithm):
             q_rows, loglik, uplink = np.empty((0, model.q)), np.empty(0), 0
             noise = (np.empty(0), np.empty(0))
         row = self.server_step(state, federation.weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol)
-        downlink = active.size * model.q * FLOAT64_BITS
+        # the active clients fetched Ŝ_k (missed updates or the full vector) before computing
+        downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),
                        h_norm2=self.h_norm2(federation, state.s_hat),

@@ -42,6 +42,8 @@ class AlgorithmState:
         max |Ŝ_0|, the reference of the divergence test.
     budget : int or None
         Rounds the run plans (``run(n_rounds)``), for rules that depend on it (Corollary 2).
+    downlink : BroadcastState or None
+        Which iterate each client holds, and the sizes of the broadcast updates (:mod:`.broadcast`).
     """
 
     s_hat: np.ndarray
@@ -53,6 +55,7 @@ class AlgorithmState:
     control: object = None
     scale: float = 1.0
     budget: int | None = None
+    downlink: object = None
 
 
 @dataclass

@@ -64,9 +64,11 @@ class VRFedEM(Algorithm):
     """
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
-                 alpha=None, batch_size=None, k_in=None, track_h=False, precondition=True, safeguard=True):
+                 alpha=None, batch_size=None, k_in=None, track_h=False, precondition=True, safeguard=True,
+                 downlink_compressor="auto"):
         # the mean-field initialisation is Theorem 3's V_{1,0,i} = h_i(S_init): Algorithm's default v_init
-        super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard)
+        super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard,
+                         downlink_compressor)
         if not isinstance(self.participation, FullParticipation):
             raise ValueError(
                 "VR-FedEM (paper 003, Algorithm 2) is defined for full participation only: its "
@@ -156,7 +158,7 @@ class VRFedEM(Algorithm):
                                message_noise(self.compressor, message), geometries, alpha, tol)
         ex["inner"] += 1
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS
-        downlink = n * self.model.q * FLOAT64_BITS
+        downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
         ledger.record(state.round, uplink, downlink, n)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
                        n_cond_exp=n_cond_exp, outer=ex["outer"], h_norm2=self.h_norm2(federation, state.s_hat),

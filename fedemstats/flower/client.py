@@ -1,9 +1,9 @@
 """ClientApp factory: the client half of a FedEM round on a node's own partition.
 
-A node is *stateless* between rounds: the server sends its memory V_{k,i} with
-every instruction (``docs/flower.md``, "Where V_i lives"), so a node that
-restarts, or whose reply is lost, can never desynchronise V_i from the server's
-V = Σ w_i V_i. Nothing but statistics, counts and log-likelihoods leaves the node.
+A node keeps its copy of the public iterate and its memory V_i in Flower's per-node
+``context.state`` (:mod:`.node_state`); the server sends the compressed updates it
+missed (or, to a node that lost its state, the full iterate and the server's mirror of
+V_i). Nothing but statistics, counts and log-likelihoods leaves the node.
 """
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ from flwr.clientapp import ClientApp
 
 from .._validation import check_array_2d
 from ..algorithms import FedEM
+from ..algorithms.broadcast import replay
 from ..algorithms.server import client_update
 from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
+from .node_state import NO_ROUND, NodeState, load_state, save_state
 from .records import compressed_to_records, from_array_record, params_from_records, to_array_record
+from .updates import updates_from_records
 
 __all__ = ["make_client_app", "load_csv_partition", "partition_id_of", "MIN_ROWS"]
 
@@ -110,33 +113,74 @@ class _Node:
                       metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": int(sizes[0])})
 
     def stats(self, message: Message, context: Context) -> Message:
-        """Exact local mean statistic s̄_i(θ) at the θ sent (uncompressed, round 0)."""
-        self._check_partition(message.content[P.CONFIG], context)
+        """Exact local mean statistic s̄_i(θ) (uncompressed, round 0): at the θ sent, or at
+        T(Ŝ_0) for the mean-field pass, which also starts the node's state (Ŝ_0 and
+        V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes)."""
+        config = message.content[P.CONFIG]
+        self._check_partition(config, context)
         model, fed = self._model_and_federation(message, context)
-        theta = params_from_records(message.content[P.PARAMS], message.content[P.PARAMS_META])
-        stats, loglik = model.client_stats(fed, theta)
+        arrays = from_array_record(message.content[P.ARRAYS])
+        if "s_hat" in arrays:
+            s_hat = arrays["s_hat"]
+            stats, loglik = model.client_stats(fed, model.t_map(s_hat))
+            save_state(context, NodeState(int(config["entropy"]), 0, s_hat, stats[0] - s_hat))
+        else:
+            theta = params_from_records(message.content[P.PARAMS], message.content[P.PARAMS_META])
+            stats, loglik = model.client_stats(fed, theta)
         return _reply(message, arrays={"stats": stats[0]},
                       metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
                                "loglik": float(loglik[0])})
 
     def train(self, message: Message, context: Context) -> Message:
-        """One FedEM round: S_i at T(Ŝ_k), Δ_i, q_i = P⁻¹ Quant(P Δ_i) via ``client_update``."""
+        """One FedEM round: bring Ŝ up to date, S_i at T(Ŝ_k), q_i = P⁻¹ Quant(P Δ_i) via
+        ``client_update``; α q_i stays pending until the server confirms it received it."""
         config = message.content[P.CONFIG]
         self._check_partition(config, context)
         model, fed = self._model_and_federation(message, context)
-        arrays = from_array_record(message.content[P.ARRAYS])
-        s_hat, v_i = arrays["s_hat"], arrays["v"]
-        theta = model.t_map(s_hat)
+        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]),
+                     downlink_compressor=str(config["downlink"]))
+        node = self._updated_state(message.content, context, algo)
+        theta = model.t_map(node.s_hat)
         stats, loglik = model.client_stats(fed, theta)
-        # the same geometry the server derives from the same public (θ, Ŝ)
-        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]))
         streams = round_streams(int(config["entropy"]), int(config["round"]), [int(config["client"])])
-        compressed, _, _ = client_update(stats, s_hat, v_i[None, :], algo.compressor, float(config["alpha"]),
-                                         streams, algo.client_geometry(theta, s_hat))
+        compressed, q_rows, _ = client_update(stats, node.s_hat, node.v[None, :], algo.compressor,
+                                              float(config["alpha"]), streams, algo.client_geometry(theta, node.s_hat))
+        node.pending, node.pending_round = float(config["alpha"]) * q_rows[0], int(config["round"])
+        save_state(context, node)
         payload, payload_meta = compressed_to_records(compressed)
         return _reply(message, metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
                                         "loglik": float(loglik[0])},
                       **{P.PAYLOAD: payload, P.PAYLOAD_META: payload_meta})
+
+    @staticmethod
+    def _updated_state(content, context, algo) -> NodeState:
+        """The node's state brought to round k: the full Ŝ (and V_i) sent, or the updates replayed.
+
+        Raises
+        ------
+        ValueError
+            (``STATE_ERROR``) if the node has no state, or another round's, for an
+            instruction that assumes it: the server then resends everything next time.
+        """
+        config, arrays = content[P.CONFIG], from_array_record(content[P.ARRAYS])
+        k, received = int(config["round"]), int(config["received"])
+        node = load_state(context, int(config["entropy"]))
+        if node is not None:
+            node.commit(received)
+        if str(config["mode"]) == "full":
+            if "v" not in arrays and node is None:
+                raise ValueError(f"{P.STATE_ERROR}: no memory V_i on this node; resend it.")
+            v = arrays["v"] if "v" in arrays else node.v
+            return NodeState(int(config["entropy"]), k, arrays["s_hat"], v)
+        base = int(config["base"])
+        if node is None or node.round < base:
+            held = NO_ROUND if node is None else node.round
+            raise ValueError(f"{P.STATE_ERROR}: the node holds round {held}, the server assumed {base}.")
+        updates = updates_from_records(content[P.UPDATES], content[P.UPDATES_META], base + 1)
+        # skip what the node applied already (its reply to a later round was lost)
+        node.s_hat, node.prev = replay(algo, node.s_hat, node.prev, updates[node.round - base:])
+        node.round = k
+        return node
 
 
 def make_client_app(problem_type=None, load_partition=load_csv_partition) -> ClientApp:
@@ -155,7 +199,7 @@ def make_client_app(problem_type=None, load_partition=load_csv_partition) -> Cli
     -------
     flwr.clientapp.ClientApp
         Handles ``query.describe``, ``train.stats`` and ``train`` (see
-        :mod:`fedemstats.flower.protocol`).
+        :mod:`fedemstats.flower.protocol`); keeps its FedEM state in ``context.state``.
     """
     node = _Node(problem_type, load_partition)
     app = ClientApp()

@@ -8,17 +8,20 @@ Message types (``<category>.<action>`` as Flower routes them):
     weights ``m_i / N`` and θ_0. Sent once per node (again for a node that
     (re)appears with a new node id).
 ``train.stats``
-    Server sends θ; node replies with its exact local mean statistic s̄_i(θ)
-    (uncompressed): round 0 (Ŝ_0) and the mean-field memory V_{0,i}.
+    Server sends θ (round 0: Ŝ_0) or Ŝ_0 itself (the mean-field pass, which also
+    starts the node's state); node replies with its exact local mean statistic
+    s̄_i (uncompressed).
 ``train``
-    One FedEM round: server sends Ŝ_k, the node's memory V_{k,i} and the round
-    config; node replies with the compact compressed Δ_i.
+    One FedEM round: server sends the broadcast updates the node missed (or the
+    full Ŝ_k, and V_i to a node that lost its state) and the round config; node
+    replies with the compact compressed Δ_i.
 """
 from __future__ import annotations
 
 __all__ = [
     "DESCRIBE", "STATS", "ROUND", "CONFIG", "SPEC", "ARRAYS", "PARAMS", "PARAMS_META",
     "PAYLOAD", "PAYLOAD_META", "METRICS", "PARTITION_ID", "NUM_PARTITIONS", "DATA_PATH", "DATA_DIR",
+    "UPDATES", "UPDATES_META", "STATE_ERROR",
 ]
 
 DESCRIBE = "query.describe"
@@ -34,6 +37,11 @@ PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
 PAYLOAD = "payload"        # ArrayRecord: compact compressed Δ_i
 PAYLOAD_META = "payload-meta"  # ConfigRecord: codec, n_rows, q and codec meta
 METRICS = "metrics"        # MetricRecord: partition-id, n-rows, loglik
+UPDATES = "updates"        # ArrayRecord: the broadcast updates base+1 ... k (flower/updates.py)
+UPDATES_META = "updates-meta"  # ConfigRecord: their kinds and message meta
+
+#: starts the error of a node whose state does not match the instruction (resynchronise it)
+STATE_ERROR = "fedem-state-mismatch"
 
 # node-config / run-config keys
 PARTITION_ID = "partition-id"

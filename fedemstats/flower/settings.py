@@ -17,6 +17,7 @@ RUN_CONFIG_KEYS = {
     "step-size": "step_size", "alpha": "alpha", "v-init": "v_init", "seed": "seed",
     "round-timeout": "round_timeout", "min-nodes": "min_nodes", "node-wait": "node_wait",
     "output": "output", "precondition": "precondition", "safeguard": "safeguard",
+    "downlink-compressor": "downlink_compressor",
 }
 #: the named step-size rules (FedEM's ``step_size``)
 STEP_RULES = ("auto", "theory")
@@ -55,6 +56,9 @@ class FedEMSettings:
         Compress in the model's geometry (as ``FedEM(precondition=...)``; sent to the nodes).
     safeguard : bool
         Trust region and log-likelihood watchdog of the server step (as ``FedEM(safeguard=...)``).
+    downlink_compressor : str
+        How the server sends its steps (as ``FedEM(downlink_compressor=...)``): ``"auto"``
+        (the uplink's compressor), ``"identity"`` (float64) or a spec.
     output : str
         If not empty, path of a JSON file with the result, rewritten after every round.
     """
@@ -72,6 +76,7 @@ class FedEMSettings:
     output: str = ""
     precondition: bool = True
     safeguard: bool = True
+    downlink_compressor: str = "auto"
 
     def __post_init__(self):
         check_int(self.n_rounds, "n_rounds", minimum=0)
@@ -91,6 +96,8 @@ class FedEMSettings:
         check_positive(self.round_timeout, "round_timeout")
         check_int(self.min_nodes, "min_nodes")
         check_positive(self.node_wait, "node_wait")
+        if self.downlink_compressor != "auto":
+            make_compressor(self.downlink_compressor)
         for name in ("precondition", "safeguard"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}.")
@@ -116,7 +123,8 @@ class FedEMSettings:
         are the ones the Flower strategy applies)."""
         return FedEM(model, compressor=self.compressor, participation=self.participation,
                      step_size=self.step_size, alpha=self.alpha, v_init=self.v_init,
-                     precondition=self.precondition, safeguard=self.safeguard)
+                     precondition=self.precondition, safeguard=self.safeguard,
+                     downlink_compressor=self.downlink_compressor)
 
     def as_dict(self) -> dict:
         """Plain dict of the settings (JSON-ready)."""

@@ -24,8 +24,10 @@ from ..algorithms.base import draw_entropy
 from ..algorithms.server import decode_messages, memory_update
 from ..ledger import FLOAT64_BITS
 from . import protocol as P
+from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
 from .records import compressed_from_records, params_to_records, to_array_record, wire_bytes
+from .updates import updates_to_records
 
 __all__ = ["FedEMStrategy"]
 
@@ -75,23 +77,34 @@ class FedEMStrategy(Strategy):
         self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
         mean, cov = pooled_moments(descs)
         self.model = self.problem.build_model(mean.shape[0], mean)
-        self.algorithm = s.algorithm(self.model)
+        self.algorithm = algo = s.algorithm(self.model)
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
-        self.state, loglik = self.algorithm.round_zero(lambda theta: self._collect_stats(grid, theta), theta0,
-                                                       self.weights, draw_entropy(self.rng))
+        entropy = draw_entropy(self.rng)
+        upload0 = self._collect_stats(grid, {"entropy": entropy}, params=theta0)
+        point = algo.mean_field_point(upload0[0], self.weights)
+        # the mean-field pass sends Ŝ_0 itself: the nodes keep it and their V_{0,i}
+        upload1 = None if point is None else self._collect_stats(
+            grid, {"entropy": entropy}, s_hat=self.weights @ upload0[0])
+        self.state, loglik = algo.initial_state(upload0, upload1, self.weights, entropy)
         n = len(self.partitions)
-        self.alpha = self.algorithm.resolved_alpha(
-            self.algorithm.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
+        self.alpha = algo.resolved_alpha(algo.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
+        self.received = np.full(n, NO_ROUND, dtype=np.int64)
+        # the round each node is known to hold (it answered an instruction of that round), and
+        # whether it then had a full copy only (no previous iterate for a revert)
+        self.confirmed = np.full(n, NO_ROUND if upload1 is None else 0, dtype=np.int64)
+        self.confirmed_fresh = np.ones(n, dtype=bool)
+        self.resync_v = np.full(n, upload1 is None)
+        self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j
         self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], loglik=loglik,
                         step_size=float("nan"), uplink_bits=0, reply_bytes=0)
 
-    def _collect_stats(self, grid, theta):
-        """s̄_i(θ) of every client (uncompressed); round 0 needs all of them."""
-        arrays, meta = params_to_records(theta)
+    def _collect_stats(self, grid, config, params=None, **arrays):
+        """s̄_i of every client (uncompressed) at θ = ``params`` or at T(``s_hat``)."""
         messages = []
         for client, pid in enumerate(self.partitions):
-            content = self._content(client, {}, shift=self.model.shift)
-            content[P.PARAMS], content[P.PARAMS_META] = arrays, meta
+            content = self._content(client, config, shift=self.model.shift, **arrays)
+            if params is not None:
+                content[P.PARAMS], content[P.PARAMS_META] = params_to_records(params)
             messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
         by_pid = {}
         # round 0 needs everyone, so it waits as long as for the nodes to connect
@@ -113,32 +126,54 @@ class FedEMStrategy(Strategy):
 
     # ------------------------------------------------------------------ rounds
     def _refresh_nodes(self, grid) -> None:
-        """Describe nodes seen for the first time (e.g. a restarted node's new id)."""
+        """Describe nodes seen for the first time (e.g. a restarted node's new id); a partition
+        served by a new node starts over from the full Ŝ and the mirror of its V_i."""
         unknown = self.registry.unknown(grid.get_node_ids())
         if unknown:
             for desc in describe_nodes(grid, unknown, self.settings.round_timeout):
-                self.registry.register(desc, allowed=set(self.partitions))
+                if self.registry.register(desc, allowed=set(self.partitions)):
+                    self._resynchronise(self.partitions.index(desc.partition_id))
 
     def configure_train(self, server_round, arrays, config, grid):
         """Sample clients as the engine does and instruct the nodes serving them."""
         self._refresh_nodes(grid)
         st, n = self.state, len(self.partitions)
         active, pi = self.algorithm.participation.sample(st.round, n, self.rng)
-        round_config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
-                        "compressor": self.settings.compressor, "precondition": self.settings.precondition}
-        messages, client_of_node = [], {}
+        messages, client_of_node, self._pending_full = [], {}, {}
         for client in (int(c) for c in active):
             node = self.registry.node_of.get(self.partitions[client])
             if node is None:
                 continue
-            content = self._content(client, round_config, shift=self.model.shift, s_hat=st.s_hat,
-                                    v=st.v_clients[client])
-            messages.append(Message(content, dst_node_id=node, message_type=P.ROUND,
+            messages.append(Message(self._instruction(client), dst_node_id=node, message_type=P.ROUND,
                                     group_id=str(server_round)))
             client_of_node[node] = client
+        # every active client fetches Ŝ_k, as in process (a node that then fails has it too)
+        downlink_bits = self.algorithm.broadcast.catch_up(st.downlink, active, st.round)
         self._pending = {"active": active, "pi": pi, "client_of_node": client_of_node,
-                         "downlink_bytes": sum(wire_bytes(m) for m in messages)}
+                         "downlink_bits": downlink_bits, "downlink_bytes": sum(wire_bytes(m) for m in messages)}
         return messages
+
+    def _instruction(self, client) -> RecordDict:
+        """Round k's instruction: the updates since the round the node is known to hold (it
+        skips those it already applied), or the full Ŝ_k (and V_i after a lost state)."""
+        st, s = self.state, self.settings
+        base = int(self.confirmed[client])
+        needs_full, _ = self.algorithm.broadcast.plan(st.downlink, np.array([client]), st.round, synced=[base],
+                                                      fresh=[self.confirmed_fresh[client]])
+        full = bool(needs_full[0] or self.resync_v[client])
+        config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
+                  "compressor": s.compressor, "downlink": s.downlink_compressor, "precondition": s.precondition,
+                  "mode": "full" if full else "updates", "base": base, "received": int(self.received[client])}
+        arrays = {"shift": self.model.shift}
+        if full:
+            arrays["s_hat"] = st.s_hat
+            if self.resync_v[client]:
+                arrays["v"] = st.v_clients[client]
+        content = self._content(client, config, **arrays)
+        if not full:
+            content[P.UPDATES], content[P.UPDATES_META] = updates_to_records(self.updates[base + 1:], base + 1)
+        self._pending_full[client] = full
+        return content
 
     def _decode(self, replies):
         """client -> (message, loglik, reply bytes) of the valid replies of this round."""
@@ -148,6 +183,8 @@ class FedEMStrategy(Strategy):
             if reply.has_error() or node not in client_of_node:
                 logger.warning("round reply from node %d dropped: %s", node,
                                reply.error.reason if reply.has_error() else "not instructed this round")
+                if reply.has_error() and node in client_of_node and P.STATE_ERROR in str(reply.error.reason):
+                    self._resynchronise(client_of_node[node])
                 continue
             client = client_of_node[node]
             if int(reply.content[P.METRICS][P.PARTITION_ID]) != self.partitions[client]:
@@ -156,6 +193,11 @@ class FedEMStrategy(Strategy):
             got[client] = (compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META]),
                            float(reply.content[P.METRICS]["loglik"]), wire_bytes(reply))
         return got
+
+    def _resynchronise(self, client) -> None:
+        """The node lost (or never had) its state: send it the full Ŝ and V_i next time."""
+        self.confirmed[client] = NO_ROUND
+        self.resync_v[client] = True
 
     def aggregate_train(self, server_round, replies):
         """Decode the q_i received and apply the engine's server half (a pure reduction)."""
@@ -168,16 +210,24 @@ class FedEMStrategy(Strategy):
         messages = [got[int(i)][0] for i in idx]
         q_rows, noise, bits = decode_messages(algo.compressor, messages, geometries[1], self.model.q)
         loglik = np.array([got[int(i)][1] for i in idx], dtype=np.float64)
-        # the mirror applies the same q_i the node used: V_{k+1,i} = V_{k,i} + α q_i
+        # the mirror applies the same q_i the node will commit: V_{k+1,i} = V_{k,i} + α q_i
         st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, self.alpha)
+        self.received[idx] = st.round
+        self.confirmed[idx] = st.round
+        for i in idx:
+            # a node sent the full Ŝ holds no previous iterate; one sent updates does
+            self.confirmed_fresh[i] = self._pending_full[int(i)]
+            self.resync_v[i] = self.resync_v[i] and not self._pending_full[int(i)]
         step = algo.server_step(st, self.weights, idx, pi, q_rows, loglik, noise, geometries, self.alpha)
+        self.updates.append(st.downlink.last)
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         row = self._log_round(
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),
             failed_partitions=failed, uplink_bits=int(bits) + int(idx.size) * FLOAT64_BITS,
-            reply_bytes=int(sum(got[int(i)][2] for i in idx)), downlink_bytes=pend["downlink_bytes"],
+            reply_bytes=int(sum(got[int(i)][2] for i in idx)), downlink_bits=pend["downlink_bits"],
+            downlink_bytes=pend["downlink_bytes"],
             **{k: _plain(v) for k, v in step.items()})
-        metrics = {k: row[k] for k in ("n_sampled", "n_active", "uplink_bits", "reply_bytes")}
+        metrics = {k: row[k] for k in ("n_sampled", "n_active", "uplink_bits", "downlink_bits", "reply_bytes")}
         return to_array_record(s_hat=st.s_hat), MetricRecord(metrics)
 
     def configure_evaluate(self, server_round, arrays, config, grid):
