@@ -273,10 +273,10 @@ class Algorithm:
             hy = coords.forward(h[None, :])[0]
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
-            fraction = self._trusted_fraction(geometry, state.s_hat, gamma * h) if ctl.safeguard else 1.0
-            ctl.accept(cs, state.s_hat, ll, var, gamma, fraction)
-            u, bits = self.broadcast.send(state.downlink, fraction * gamma * h, coords,
-                                          geometry if ctl.safeguard else None, state.s_hat, state.entropy, k)
+            step, fraction, inside = self._safe_step(geometry, state.s_hat, h, gamma) if ctl.safeguard \
+                else (gamma * h, 1.0, None)
+            u, bits, scale = self.broadcast.send(state.downlink, step, coords, inside, state.entropy, k)
+            ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale)
             state.s_hat = state.s_hat + u
             row.update(step_size=gamma, step_fraction=fraction, broadcast_bits=bits,
                        noise_ratio=cs.noise_avg / cs.total_avg if cs.total_avg else np.nan)
@@ -284,14 +284,30 @@ class Algorithm:
         state.round = k + 1
         return row
 
-    @staticmethod
-    def _trusted_fraction(geometry, s_hat, step) -> float:
-        """The trust region's fraction of ``step``; a full step when Ŝ itself lies outside the
-        region (T repaired it, e.g. an indefinite start): only moving can bring it back."""
-        fraction = geometry.step_fraction(s_hat, step)
-        if fraction == 0.0 and geometry.step_fraction(s_hat, np.zeros_like(step)) == 0.0:
-            return 1.0
-        return fraction
+    def _safe_step(self, geometry, s_hat, h, gamma):
+        """The safeguarded step from Ŝ along H: (step, fraction, inside).
+
+        ``fraction`` is the trust region's share of γ H and ``inside(u)`` tells whether a
+        (quantised) step ``u`` keeps the iterate in the region. When Ŝ itself lies outside
+        (T had to repair it: an indefinite start, a Heywood case, a noisy collapse), no
+        fraction of any step is inside; the step then first *snaps* Ŝ to the statistics the
+        current model implies, E_θ[s] with θ = T(Ŝ) (which T maps back to the same θ, so the
+        fixed point is untouched), and moves from there along H + Ŝ − E_θ[s], the mean field
+        at the snapped point.
+        """
+        if geometry.step_fraction(s_hat, np.zeros_like(h)) > 0.0:
+            fraction = geometry.step_fraction(s_hat, gamma * h)
+            return fraction * gamma * h, fraction, lambda u: geometry.step_fraction(s_hat, u) == 1.0
+        try:
+            snap = self.model.expected_stats(self.model.t_map(s_hat))
+        except NotImplementedError:
+            return gamma * h, 1.0, None
+        theta = self.model.t_map(snap)
+        region = self.model.geometry(theta, snap)
+        h_snap = h + (s_hat - snap)
+        fraction = region.step_fraction(snap, gamma * h_snap)
+        offset = snap - s_hat
+        return offset + fraction * gamma * h_snap, fraction, lambda u: region.step_fraction(snap, u - offset) == 1.0
 
     # ------------------------------------------------------------------ hooks
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):

@@ -116,28 +116,30 @@ class Broadcast:
         bs.synced[active] = round_
         return int(bits.sum())
 
-    def send(self, bs, step, coords, trust, s_hat, entropy, round_):
-        """The public update for ``step`` (q,): (u, bits); ``bs.last`` is what travels."""
+    def send(self, bs, step, coords, inside, entropy, round_):
+        """The public update for ``step`` (q,): (u, bits, scale), ``u`` ≈ scale · step (scale 1,
+        1/2, ... after redraws for which ``inside(u)`` was False, 0 if none was; ``inside``
+        None skips the check); ``bs.last`` is what travels."""
         bs.reverts.append(False)
         if self.lossless:
             bs.update_bits.append(self.full_bits)
             bs.last = ("float", step)
-            return step, self.full_bits
+            return step, self.full_bits, 1.0
         streams = round_streams(entropy, round_, [SERVER_STREAM])
         scale = 1.0
         for _ in range(REQUANTISE_TRIES):
             message = self.compressor.compress(coords.forward(scale * step[None, :]), streams, coords.blocks)
             u = coords.inverse(self.compressor.decompress(message))[0]
-            if trust is None or trust.step_fraction(s_hat, u) == 1.0:
+            if inside is None or inside(u):
                 break
             scale *= 0.5
         else:
-            u, message = np.zeros_like(step), None
+            u, message, scale = np.zeros_like(step), None, 0.0
         bits = self.compressor.bits(message) if message is not None else REVERT_BITS
         self._measure(bs, message)
         bs.update_bits.append(int(bits))
         bs.last = ("message", message) if message is not None else ("zero", None)
-        return u, int(bits)
+        return u, int(bits), scale
 
     def revert(self, bs) -> int:
         """A rejected step: the clients go back to the accepted iterate (a flag)."""

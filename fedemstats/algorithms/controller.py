@@ -185,7 +185,8 @@ class StepController:
         return cs.accepted[0].copy()
 
     def accept(self, cs, s_hat, loglik, variance, gamma, fraction):
-        """Remember an accepted iterate and the step taken from it."""
+        """Remember an accepted iterate and the step taken from it (``gamma · fraction`` of H:
+        0 when nothing moved, which the convergence test then does not count)."""
         cs.accepted = (s_hat.copy(), loglik, variance)
         cs.gamma_prev = gamma
         cs.cap = min(1.0, AUTO_GROWTH * cs.cap)

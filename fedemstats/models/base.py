@@ -148,6 +148,12 @@ class Model:
         """
         raise NotImplementedError(f"{type(self).__name__} does not define t_map.")
 
+    def expected_stats(self, theta) -> np.ndarray:
+        """E_θ[s], the statistics the model itself implies, shape (q,): ``t_map`` maps them back
+        to θ (up to its projection). The safeguard snaps an iterate that left the valid set
+        (T had to repair it) to E_{T(Ŝ)}[s]; models without it are never snapped."""
+        raise NotImplementedError(f"{type(self).__name__} does not define expected_stats.")
+
     def geometry(self, theta, s_hat) -> Geometry:
         """Compression geometry at the public iterate: an invertible linear map P on statistic
         vectors (``docs/geometry.md``). The default is the identity; models override it.

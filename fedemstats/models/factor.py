@@ -244,6 +244,16 @@ class FactorAnalysisModel(Model):
         k, sd = self.n_factors, self.scale
         return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
 
+    def expected_stats(self, theta) -> np.ndarray:
+        """E_θ[s] in standardised units: (diag(ΛΛᵀ) + Ψ + μ², [Λ, μ], I ⊕ 1) (E[z] = 0,
+        E[zzᵀ] = I), which ``t_map`` maps back to θ."""
+        std = self._standardised(theta)
+        lam, psi, mu = std.components.T, std.noise_variance, std.mean
+        k = self.n_factors
+        zz = np.eye(k + 1)
+        return self.layout.pack({"sum_xx": np.sum(lam ** 2, axis=1) + psi + mu ** 2,
+                                 "sum_xz": np.concatenate([lam, mu[:, None]], axis=1), "sum_zz": zz})
+
     def geometry(self, theta, s_hat):
         """Residual whitening (:func:`.factor_geometry.factor_geometry`, ``docs/geometry.md``)."""
         return factor_geometry(self, theta, s_hat)

@@ -114,6 +114,13 @@ class GaussianMissingModel(Model):
         _, cov, _ = safe_cholesky(cov, self.reg_covar)
         return GaussianParams(self.shift + sd * m, cov)
 
+    def expected_stats(self, theta) -> np.ndarray:
+        """E_θ[s] in standardised units: (μ̃, Σ̃ − reg D⁻² + μ̃ μ̃ᵀ), which ``t_map`` maps back to θ."""
+        sd = self.scale
+        mu = (theta.mean - self.shift) / sd
+        cov = (theta.covariance - self.reg_covar * np.eye(self.n_features)) / np.outer(sd, sd)
+        return self.layout.pack({"sum_x": mu, "sum_xx": cov + np.outer(mu, mu)})
+
     def geometry(self, theta, s_hat):
         """Whitening by the current μ, Σ (:func:`.gaussian_geometry.gaussian_geometry`, ``docs/geometry.md``)."""
         return gaussian_geometry(self, theta, s_hat)

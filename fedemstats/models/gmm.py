@@ -182,6 +182,22 @@ class GaussianMixtureModel(Model):
         cov, pc = _repair(cov, self.covariance_type, self.reg_covar)
         return GMMParams(weights, m + self.shift, cov, pc, self.covariance_type)
 
+    def expected_stats(self, theta) -> np.ndarray:
+        """E_θ[s] on shifted data: (π, π m, π (Σ − reg I + m mᵀ)) per component (tied:
+        Σ − reg I + Σ_k π_k m_k m_kᵀ; diag / spherical: the diagonal / its sum), so that
+        ``t_map`` returns θ."""
+        w, m, ctype, d = theta.weights, theta.means - self.shift, self.covariance_type, self.n_features
+        cov = np.asarray(theta.covariances, dtype=np.float64)
+        if ctype == "full":
+            second = w[:, None, None] * (cov - self.reg_covar * np.eye(d) + m[:, :, None] * m[:, None, :])
+        elif ctype == "tied":
+            second = cov - self.reg_covar * np.eye(d) + np.einsum("k,ki,kj->ij", w, m, m)
+        elif ctype == "diag":
+            second = w[:, None] * (cov - self.reg_covar + m ** 2)
+        else:
+            second = w * (d * (cov - self.reg_covar) + np.sum(m ** 2, axis=1))
+        return self.layout.pack({"resp": w, "sum_x": w[:, None] * m, "sum_xx": second})
+
     def geometry(self, theta, s_hat):
         """Per-component whitening (:func:`.gmm_geometry.gmm_geometry`, ``docs/geometry.md``)."""
         return gmm_geometry(self, theta, s_hat)

@@ -122,6 +122,10 @@ class PoissonMixtureModel(Model):
         s0, weights = component_mass(parts["resp"])
         return PoissonMixtureParams(weights, np.maximum(parts["sum_y"] / s0[:, None], RATE_FLOOR))
 
+    def expected_stats(self, theta) -> np.ndarray:
+        """E_θ[s] = (π, π λ), which ``t_map`` maps back to θ."""
+        return self.layout.pack({"resp": theta.weights, "sum_y": theta.weights[:, None] * theta.rates})
+
     def geometry(self, theta, s_hat):
         """Rate scaling (:func:`.poisson_geometry.poisson_geometry`, ``docs/geometry.md``)."""
         return poisson_geometry(self, theta, s_hat, RATE_FLOOR)
