@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
-           "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "MINIBATCH_DECAY"]
+           "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
+           "MINIBATCH_DECAY"]
 
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
@@ -43,8 +44,12 @@ DROP_SIGMAS = 3.0
 DROP_TOL_FRACTION = 0.1
 #: A rejection halves the step cap; it never goes below this, and regrows by AUTO_GROWTH per accepted round.
 CAP_MIN = 1e-4
-#: Rounds in a row the stochastic convergence test must hold (one noisy round is not convergence).
+#: Shortest window of rounds over which the stochastic convergence test measures the gain
+#: (one noisy round is not convergence) ...
 CONVERGENCE_PATIENCE = 3
+#: ... and the longest: over W rounds the log-likelihood gain grows like W while the noise
+#: of the difference of two estimates does not, so a longer window resolves a smaller gain.
+CONVERGENCE_WINDOW = 20
 #: With mini-batches "auto" also decays as k^(-MINIBATCH_DECAY) (Robbins-Monro, as online EM):
 #: mini-batch noise is invisible in the messages (it looks like signal), and only a
 #: decreasing step averages it out.
@@ -71,9 +76,9 @@ class ControllerState:
     last_move : float
         γ·t of the step that led to the current iterate (0 after a rejection).
     previous : tuple or None
-        (ℓ̂, var ℓ̂) of the previous round, for the convergence test.
-    streak : int
-        Rounds in a row the convergence test has held.
+        (ℓ̂, var ℓ̂) of the previous round.
+    trail : list of tuple
+        (ℓ̂, var ℓ̂, move) of the last CONVERGENCE_WINDOW + 1 rounds, for the convergence test.
     """
 
     loglik_memory: np.ndarray
@@ -84,7 +89,7 @@ class ControllerState:
     accepted: tuple | None = None
     last_move: float = 0.0
     previous: tuple | None = None
-    streak: int = 0
+    trail: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
 
@@ -195,21 +200,32 @@ class StepController:
     def converged(self, cs, loglik, variance, tol, move_before) -> tuple:
         """The convergence test of this round; returns (converged, gain per unit step).
 
-        Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs: the
-        log-likelihood gain *per unit step*, (ℓ̂_k − ℓ̂_{k−1}) / (γ t), is below ``tol``
-        (a small step does not fake convergence), the estimates' standard error is below
-        ``tol`` (noise does not either), for :data:`CONVERGENCE_PATIENCE` rounds in a row.
+        Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs: over some
+        window of W rounds (CONVERGENCE_PATIENCE ≤ W ≤ CONVERGENCE_WINDOW), the
+        log-likelihood gain *per unit step*, (ℓ̂_k − ℓ̂_{k−W}) / Σ γ t, is below ``tol`` (a
+        small step does not fake convergence) and so is its standard error (noise does not
+        either). The gain reported is the one-round gain per unit step.
         """
         previous, cs.previous = cs.previous, (loglik, variance)
+        cs.trail = (cs.trail + [(loglik, variance, move_before)])[-(CONVERGENCE_WINDOW + 1):]
         if previous is None or tol is None:
             return False, np.nan
         change = loglik - previous[0]
         if not self.stochastic:
             return bool(abs(change) < tol), change
-        if move_before <= 0.0:
-            cs.streak = 0
-            return False, np.nan
-        gain = change / move_before
-        ok = abs(gain) < tol and np.sqrt(variance + previous[1]) < tol
-        cs.streak = cs.streak + 1 if ok else 0
-        return cs.streak >= CONVERGENCE_PATIENCE, gain
+        gain = change / move_before if move_before > 0.0 else np.nan
+        return _window_converged(cs.trail, tol), gain
+
+
+def _window_converged(trail, tol) -> bool:
+    """Whether some window of the trail shows a gain per unit step and a standard error below ``tol``."""
+    last_ll, last_var, _ = trail[-1]
+    moves = np.cumsum([m for _, _, m in trail[:0:-1]])  # Σ of the last 1, 2, ... moves
+    for w in range(CONVERGENCE_PATIENCE, len(trail)):
+        travel = moves[w - 1]
+        if travel <= 0.0:
+            continue
+        ll, var, _ = trail[-1 - w]
+        if abs(last_ll - ll) < tol * travel and np.sqrt(last_var + var) < tol * travel:
+            return True
+    return False
