@@ -11,8 +11,8 @@ O(n_blocks * q) beyond the output).
 
 Precisions come in two forms: ``prec_tri`` (K, d, d) upper-triangular factors U with
 U U^T = Sigma^{-1} (full; tied is broadcast to K copies) and ``prec_diag`` (K, d)
-(diag; spherical is broadcast to d columns). Only the upper triangle of the second
-moments is accumulated for full/tied; the caller mirrors it.
+(diag; spherical is broadcast to d columns). Full and tied second moments are
+accumulated and written as packed upper triangles, the layout's storage order.
 """
 from __future__ import annotations
 
@@ -125,11 +125,19 @@ def _responsibilities(lp, n, hard, mx, sm):
     return total
 
 
+@njit(cache=True, inline="always")
+def _row_start(i, d):
+    """Stored index of entry (i, i) of a packed upper triangle (layout.py: row-major)."""
+    return i * d - i * (i - 1) // 2
+
+
 @njit(cache=True, fastmath=FAST_SUMS)
 def _accumulate(xt, n, r, code, w, acc):
-    """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order."""
+    """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order
+    (full and tied second moments as packed upper triangles, :mod:`fedemstats.layout`)."""
     K = r.shape[0]
     d = xt.shape[0]
+    tri = d * (d + 1) // 2
     o1 = K
     o2 = K + K * d
     for k in range(K):
@@ -144,7 +152,7 @@ def _accumulate(xt, n, r, code, w, acc):
                 s1 += w[t]
             acc[o1 + k * d + i] += s1
             if code == COV_FULL:
-                base = o2 + k * d * d + i * d
+                base = o2 + k * tri + _row_start(i, d) - i
                 for j in range(i, d):
                     s2 = 0.0
                     for t in range(n):
@@ -157,11 +165,12 @@ def _accumulate(xt, n, r, code, w, acc):
                 acc[o2 + (k * d + i if code == COV_DIAG else k)] += s2
     if code == COV_TIED:
         for i in range(d):
+            base = o2 + _row_start(i, d) - i
             for j in range(i, d):
                 s2 = 0.0
                 for t in range(n):
                     s2 += xt[i, t] * xt[j, t]
-                acc[o2 + i * d + j] += s2
+                acc[base + j] += s2
 
 
 @njit(cache=True)
@@ -212,9 +221,40 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     return head_seg, tail_seg
 
 
+@njit(cache=True)
+def _plan(seg, q, n_threads):
+    """Row blocks and output buffers of a segment pass: (nb, out, head, tail, head_seg, tail_seg)."""
+    n_seg = seg.shape[0] - 1
+    nb = max(1, min(seg[n_seg] // MIN_BLOCK_ROWS, n_threads * BLOCKS_PER_THREAD))
+    return (nb, np.zeros((n_seg, q + 1)), np.zeros((nb, q + 1)), np.zeros((nb, q + 1)),
+            np.full(nb, -1, dtype=np.int64), np.full(nb, -1, dtype=np.int64))
+
+
+@njit(cache=True)
+def _run_block(b, nb, X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan):
+    """Row block ``b`` of ``nb`` (see :func:`_block_pass`); records its head/tail client ids."""
+    _, out, head, tail, head_seg, tail_seg = plan
+    n_rows = seg[seg.shape[0] - 1]
+    a, e = n_rows * b // nb, n_rows * (b + 1) // nb
+    head_seg[b], tail_seg[b] = _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code,
+                                           hard, out, head[b], tail[b])
+
+
+@njit(cache=True)
+def _merge(plan):
+    """Add the clients' pieces cut by block boundaries; returns the (n_seg, q + 1) sums."""
+    nb, out, head, tail, head_seg, tail_seg = plan
+    for b in range(nb):
+        if head_seg[b] >= 0:
+            out[head_seg[b], :] += head[b, :]
+        if tail_seg[b] >= 0:
+            out[tail_seg[b], :] += tail[b, :]
+    return out
+
+
 @njit(cache=True, parallel=True)
 def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard, n_threads):
-    """Per-segment sums of the statistics and of the log-likelihood.
+    """Per-segment sums of the statistics and of the log-likelihood, row blocks on numba's threads.
 
     Parameters
     ----------
@@ -224,7 +264,7 @@ def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard
     shift : (d,);  means : (K, d) already shifted (mu - c)
     prec_tri : (K, d, d) or (0, 0, 0);  prec_diag : (K, d) or (0, 0)
     const : (K,) log pi_k + log det U_k - d/2 log(2 pi)
-    code : int covariance code;  q : int statistic length;  hard : bool
+    code : int covariance code;  q : int statistic length (packed layout);  hard : bool
     n_threads : int
         ``numba.get_num_threads()`` of the caller (sets the number of row blocks).
 
@@ -233,31 +273,26 @@ def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard
     out : ndarray of shape (n_seg, q + 1)
         Sums (not means) of the statistics; column ``q`` holds sum of log p(x).
     """
-    n_seg = seg.shape[0] - 1
-    n_rows = seg[n_seg]
-    nb = max(1, min(n_rows // MIN_BLOCK_ROWS, n_threads * BLOCKS_PER_THREAD))
-    out = np.zeros((n_seg, q + 1))
-    head = np.zeros((nb, q + 1))
-    tail = np.zeros((nb, q + 1))
-    head_seg = np.full(nb, -1, dtype=np.int64)
-    tail_seg = np.full(nb, -1, dtype=np.int64)
-    for b in prange(nb):
-        a = n_rows * b // nb
-        e = n_rows * (b + 1) // nb
-        head_seg[b], tail_seg[b] = _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag,
-                                               const, code, hard, out, head[b], tail[b])
-    for b in range(nb):
-        if head_seg[b] >= 0:
-            out[head_seg[b], :] += head[b, :]
-        if tail_seg[b] >= 0:
-            out[tail_seg[b], :] += tail[b, :]
-    return out
+    plan = _plan(seg, q, n_threads)
+    for b in prange(plan[0]):
+        _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
+    return _merge(plan)
 
 
-#: The same kernel without a parallel region. Below 2 * MIN_BLOCK_ROWS rows there is a
-#: single row block, and waking the thread pool costs more than the work (measured: 7 ms
-#: per call for 3,000 rows on a loaded 2-core machine, against 0.2 ms serially).
-segment_sums_serial = njit(cache=True)(segment_sums.py_func)
+@njit(cache=True)
+def segment_sums_serial(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard, n_threads):
+    """:func:`segment_sums` without a parallel region, for inputs of one row block.
+
+    A distinct Python function on purpose: numba's cache key ignores the jit options,
+    so ``njit(segment_sums.py_func)`` would share (and overwrite) the parallel kernel's
+    cache entry, and every later process would run whichever compiled first (issue 15).
+    Waking the thread pool costs more than the work below 2 * MIN_BLOCK_ROWS rows
+    (measured: 7 ms per call for 3,000 rows on a loaded 2-core machine, 0.2 ms serially).
+    """
+    plan = _plan(seg, q, n_threads)
+    for b in range(plan[0]):
+        _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
+    return _merge(plan)
 
 
 @njit(cache=True, parallel=True)

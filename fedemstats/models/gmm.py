@@ -12,9 +12,9 @@ import numpy as np
 from numba import get_num_threads
 
 from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
-                       mirror_upper, safe_cholesky, symmetrize)
+                       safe_cholesky, symmetrize)
 from .._validation import check_array_2d, check_int, check_positive, check_rng
-from ..layout import StatLayout
+from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
 from ._summaries import global_moments
@@ -24,9 +24,16 @@ from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covaria
                          make_params)
 
 __all__ = ["GMMParams", "make_params", "GaussianMixtureModel", "estimate_log_prob_resp",
-           "COVARIANCE_TYPES", "RESP_FLOOR"]
+           "COVARIANCE_TYPES", "RESP_FLOOR", "second_moment_block"]
 
 _CODES = {"full": _k.COV_FULL, "tied": _k.COV_TIED, "diag": _k.COV_DIAG, "spherical": _k.COV_SPHERICAL}
+
+
+def second_moment_block(covariance_type, K, d) -> tuple:
+    """The layout entry of the second moments: full and tied ones are symmetric
+    (stored as packed upper triangles, :mod:`fedemstats.layout`)."""
+    shape = covariance_shape(covariance_type, K, d)
+    return ("sum_xx", shape, SYMMETRIC) if covariance_type in ("full", "tied") else ("sum_xx", shape)
 
 
 def _kernel_arrays(theta: GMMParams, shift):
@@ -91,8 +98,9 @@ class GaussianMixtureModel(Model):
     Attributes
     ----------
     layout : StatLayout
-        ``resp (K,)``, ``sum_x (K, d)``, ``sum_xx`` (full (K, d, d), tied (d, d),
-        diag (K, d), spherical (K,)), all per-row means on ``x - shift``.
+        ``resp (K,)``, ``sum_x (K, d)``, ``sum_xx`` (full (K, d, d), tied (d, d), both
+        symmetric and sent as packed upper triangles; diag (K, d), spherical (K,)), all
+        per-row means on ``x - shift``.
     """
 
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None):
@@ -104,8 +112,7 @@ class GaussianMixtureModel(Model):
         self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
         if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
             raise ValueError(f"shift must be a finite array of shape ({d},); got {self.shift.shape}.")
-        self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)),
-                                  ("sum_xx", covariance_shape(covariance_type, K, d))])
+        self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -146,10 +153,7 @@ class GaussianMixtureModel(Model):
         sums = kernel(X, seg, self.shift, means, tri, diag, const,
                         _CODES[self.covariance_type], self.q, bool(hard), get_num_threads())
         sums /= np.diff(seg)[:, None]
-        stats = sums[:, :self.q]
-        if self.covariance_type in ("full", "tied"):
-            mirror_upper(self.layout.unpack(stats)["sum_xx"])
-        return stats, sums[:, self.q].copy()
+        return sums[:, :self.q], sums[:, self.q].copy()
 
     # ------------------------------------------------------------------ T-map
     def t_map(self, s) -> GMMParams:
