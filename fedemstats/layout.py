@@ -88,6 +88,13 @@ class StatLayout:
             raise ValueError(f"StatLayout block names must be unique; got {names}.")
         object.__setattr__(self, "blocks", tuple(norm))
         object.__setattr__(self, "symmetric", frozenset(sym))
+        # computed once: algorithms ask for the offsets every round and every client
+        sizes = [prod(_stored_shape(shape, name in sym)) for name, shape in norm]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        offsets.setflags(write=False)
+        object.__setattr__(self, "_offsets", offsets)
+        object.__setattr__(self, "_slices", {name: slice(int(offsets[b]), int(offsets[b + 1]))
+                                             for b, (name, _) in enumerate(norm)})
 
     @property
     def names(self) -> list[str]:
@@ -106,18 +113,16 @@ class StatLayout:
 
     @property
     def offsets(self) -> np.ndarray:
-        sizes = [self.block_size(n) for n in self.names]
-        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        """Stored block boundaries, shape (n_blocks + 1,) (read-only)."""
+        return self._offsets
 
     @property
     def size(self) -> int:
-        return int(self.offsets[-1])
+        return int(self._offsets[-1])
 
     def slice(self, name: str) -> slice:
         """The slice of the flat vector that holds block ``name`` (stored entries)."""
-        idx = self.names.index(name)
-        off = self.offsets
-        return slice(int(off[idx]), int(off[idx + 1]))
+        return self._slices[name]
 
     def shape(self, name: str) -> tuple:
         """Logical shape of block ``name`` (full matrices for a symmetric block)."""

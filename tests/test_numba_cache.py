@@ -88,3 +88,35 @@ def test_parallel_kernel_runs_in_parallel_after_the_serial_one_was_cached_first(
     assert_two_threads_share_the_work(again["ticks"])
     serial_again = run_step(tmp_path, "serial", 1000)
     assert serial_again["hits"] == 1 and serial_again["misses"] == 0
+
+
+def test_results_do_not_depend_on_the_thread_count_or_the_serial_choice():
+    """Row blocks depend on the rows only: 1 or 2 threads, serial or parallel kernel, the
+    same sums bit for bit (fastmath reassociation included: the same compiled code)."""
+    import numpy as np
+
+    from fedemstats.federation import Federation
+    from fedemstats.models import _gmm_kernels as kernels
+    from fedemstats.models.gmm import GaussianMixtureModel, _kernel_arrays, make_params
+
+    rng = np.random.default_rng(4)
+    n, d, K = 60_000, 6, 3
+    X = rng.normal(size=(n, d)) + rng.normal(scale=3, size=(K, d))[rng.integers(K, size=n)]
+    fed = Federation(X, [0, 7, 25_000, 25_001, n])
+    model = GaussianMixtureModel(K, d, "full", shift=X.mean(0))
+    theta = make_params(np.full(K, 1 / K), X[:K].copy(), np.repeat(np.eye(d)[None], K, axis=0))
+    results = []
+    previous = numba.get_num_threads()
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            results.append(model.client_stats(fed, theta))
+    finally:
+        numba.set_num_threads(previous)
+    means, tri, diag, const = _kernel_arrays(theta, model.shift)
+    serial = kernels.segment_sums_serial(X, fed.offsets, model.shift, means, tri, diag, const, kernels.COV_FULL,
+                                         model.q, False)
+    for stats, loglik in results[1:]:
+        np.testing.assert_array_equal(stats, results[0][0])
+        np.testing.assert_array_equal(loglik, results[0][1])
+    np.testing.assert_array_equal(serial[:, :model.q] / np.diff(fed.offsets)[:, None], results[0][0])

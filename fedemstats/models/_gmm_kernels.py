@@ -1,7 +1,7 @@
 """Numba kernels of the Gaussian mixture: weighted log-probabilities and segment statistics.
 
-Work is split into contiguous *row blocks* (a few per thread) regardless of client
-boundaries, so that both "100 small clients" and "one client with 1M rows" keep all
+Work is split into contiguous *row blocks* (a number that depends on the rows only, so
+results do not depend on the thread count) regardless of client boundaries, so that both "100 small clients" and "one client with 1M rows" keep all
 cores busy (SPEC §2: one vectorised pass, no Python loop over clients). Inside a block,
 rows are processed in chunks of :data:`CHUNK_ROWS` held *transposed* (features x rows),
 so every inner loop runs over rows with unit stride and vectorises. A block writes the
@@ -23,10 +23,15 @@ from numba import njit, prange
 COV_FULL, COV_TIED, COV_DIAG, COV_SPHERICAL = 0, 1, 2, 3
 #: Rows per inner chunk: the (d x chunk) row buffers stay in L1/L2 for d ~ 10-50.
 CHUNK_ROWS = 256
-#: Row blocks per thread (> 1 evens out the work when clients end mid-block).
-BLOCKS_PER_THREAD = 2
-#: Blocks are not made smaller than this, so tiny inputs run on one thread.
+#: Blocks are not made smaller than this, so tiny inputs run as one block.
 MIN_BLOCK_ROWS = 2048
+#: At most this many row blocks. The split depends on the number of rows only, never on
+#: the number of threads, so the sums (their order of addition) and hence the results
+#: are bitwise the same whatever the thread count; 64 blocks keep up to ~32 threads busy.
+MAX_ROW_BLOCKS = 64
+#: Below this many floating-point operations (about a millisecond of one core) a pass
+#: runs serially: waking the thread pool costs more than it saves (see gmm.py).
+PARALLEL_MIN_FLOPS = 1e7
 #: Let LLVM reassociate the row sums (SIMD reductions) and fuse multiply-adds, but keep
 #: IEEE inf/NaN semantics (log pi_k = -inf for an empty component must stay -inf).
 FAST_SUMS = {"reassoc", "contract", "nsz"}
@@ -131,6 +136,18 @@ def _row_start(i, d):
     return i * d - i * (i - 1) // 2
 
 
+def row_flops(K, d, code) -> int:
+    """Floating-point operations per row of a pass (the cost model of the serial/parallel choice).
+
+    Per component: the difference, the triangular (or diagonal) product and squared norm,
+    the responsibility, ``r x`` and the weighted second moment.
+    """
+    full = code in (COV_FULL, COV_TIED)
+    logp = d + d * (d + 1) + 2 * d if full else 3 * d
+    second = {COV_FULL: d * (d + 1), COV_TIED: 0}.get(code, 2 * d)
+    return K * (logp + 4 + 2 * d + second) + (d * (d + 1) if code == COV_TIED else 0)
+
+
 @njit(cache=True, fastmath=FAST_SUMS)
 def _accumulate(xt, n, r, code, w, acc):
     """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order
@@ -222,10 +239,10 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
 
 
 @njit(cache=True)
-def _plan(seg, q, n_threads):
+def _plan(seg, q):
     """Row blocks and output buffers of a segment pass: (nb, out, head, tail, head_seg, tail_seg)."""
     n_seg = seg.shape[0] - 1
-    nb = max(1, min(seg[n_seg] // MIN_BLOCK_ROWS, n_threads * BLOCKS_PER_THREAD))
+    nb = max(1, min(seg[n_seg] // MIN_BLOCK_ROWS, MAX_ROW_BLOCKS))
     return (nb, np.zeros((n_seg, q + 1)), np.zeros((nb, q + 1)), np.zeros((nb, q + 1)),
             np.full(nb, -1, dtype=np.int64), np.full(nb, -1, dtype=np.int64))
 
@@ -253,7 +270,7 @@ def _merge(plan):
 
 
 @njit(cache=True, parallel=True)
-def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard, n_threads):
+def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard):
     """Per-segment sums of the statistics and of the log-likelihood, row blocks on numba's threads.
 
     Parameters
@@ -265,31 +282,28 @@ def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard
     prec_tri : (K, d, d) or (0, 0, 0);  prec_diag : (K, d) or (0, 0)
     const : (K,) log pi_k + log det U_k - d/2 log(2 pi)
     code : int covariance code;  q : int statistic length (packed layout);  hard : bool
-    n_threads : int
-        ``numba.get_num_threads()`` of the caller (sets the number of row blocks).
 
     Returns
     -------
     out : ndarray of shape (n_seg, q + 1)
         Sums (not means) of the statistics; column ``q`` holds sum of log p(x).
     """
-    plan = _plan(seg, q, n_threads)
+    plan = _plan(seg, q)
     for b in prange(plan[0]):
         _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
     return _merge(plan)
 
 
 @njit(cache=True)
-def segment_sums_serial(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard, n_threads):
+def segment_sums_serial(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard):
     """:func:`segment_sums` without a parallel region, for inputs of one row block.
 
     A distinct Python function on purpose: numba's cache key ignores the jit options,
     so ``njit(segment_sums.py_func)`` would share (and overwrite) the parallel kernel's
     cache entry, and every later process would run whichever compiled first (issue 15).
-    Waking the thread pool costs more than the work below 2 * MIN_BLOCK_ROWS rows
-    (measured: 7 ms per call for 3,000 rows on a loaded 2-core machine, 0.2 ms serially).
+    Same blocks, same order of addition: the results equal the parallel kernel's bit for bit.
     """
-    plan = _plan(seg, q, n_threads)
+    plan = _plan(seg, q)
     for b in range(plan[0]):
         _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
     return _merge(plan)

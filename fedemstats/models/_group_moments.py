@@ -5,8 +5,8 @@ E-step statistics of a row are polynomials of degree <= 2 in its observed values
 coefficients depend only on the row's missingness pattern. So the sum of a client's
 statistics over its rows of one pattern is a function of that group's count ``n_g``,
 sum ``s_g = Σ x_o`` and scatter ``M_g = Σ x_o x_oᵀ`` (zero-filled on the missing
-coordinates). These moments are computed once per fit -- BLAS products for large
-groups, a compiled loop for many small ones -- and every EM round is then a few
+coordinates). These moments are computed once per fit (:func:`._patterns.segment_scatter`)
+and every EM round is then a few
 batched products per group instead of per-row temporaries.
 
 Groups are ordered by client (segment), so per-client sums are one ``np.add.reduceat``.
@@ -18,9 +18,8 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
 
-from ._patterns import missing_patterns, segment_owner
+from ._patterns import missing_patterns, segment_owner, segment_scatter
 
 __all__ = ["GroupMoments", "group_moments", "cached_group_moments", "moments_or_rows", "MIN_ROWS_PER_FEATURE"]
 
@@ -28,9 +27,6 @@ __all__ = ["GroupMoments", "group_moments", "cached_group_moments", "moments_or_
 #: i.e. when the (n_groups, d, d) scatter matrices take no more memory than the data.
 #: Below it (many patterns, tiny clients or mini-batches) the per-row path is used.
 MIN_ROWS_PER_FEATURE = 1.0
-#: Groups with at least this many rows get their scatter from one BLAS product; smaller
-#: ones from the compiled loop (a Python-level product per tiny group costs more than it does).
-BLAS_MIN_ROWS = 512
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,43 +71,6 @@ class GroupMoments:
         seg = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return GroupMoments(self.patterns, self.pattern[idx], seg, self.count[idx], self.sums[idx],
                             self.scatter[idx])
-
-
-@njit(cache=True, parallel=True)
-def _small_group_scatter(X, gseg, groups, shift, scale, sums, scatter):
-    """Moments of the listed groups (rows ``gseg[g]:gseg[g + 1]`` of X), NaN counted as 0."""
-    d = X.shape[1]
-    for gi in prange(groups.shape[0]):
-        g = groups[gi]
-        z = np.empty(d)
-        for r in range(gseg[g], gseg[g + 1]):
-            for i in range(d):
-                v = (X[r, i] - shift[i]) / scale[i]
-                z[i] = 0.0 if np.isnan(v) else v
-                sums[g, i] += z[i]
-            for i in range(d):
-                zi = z[i]
-                for j in range(i, d):
-                    scatter[g, i, j] += zi * z[j]
-        for i in range(d):
-            for j in range(i + 1, d):
-                scatter[g, j, i] = scatter[g, i, j]
-
-
-def _scatter_by_group(X, gseg, shift, scale):
-    """(sums (G, d), scatter (G, d, d)) of contiguous row groups of X."""
-    G, d = gseg.size - 1, X.shape[1]
-    sums, scatter = np.zeros((G, d)), np.zeros((G, d, d))
-    sizes = np.diff(gseg)
-    for g in np.flatnonzero(sizes >= BLAS_MIN_ROWS):  # few: at most n / BLAS_MIN_ROWS
-        Z = (X[gseg[g]:gseg[g + 1]] - shift) / scale
-        np.nan_to_num(Z, copy=False, nan=0.0)
-        sums[g] = Z.sum(axis=0)
-        np.matmul(Z.T, Z, out=scatter[g])
-    small = np.flatnonzero(sizes < BLAS_MIN_ROWS)
-    if small.size:
-        _small_group_scatter(X, gseg, small, shift, scale, sums, scatter)
-    return sums, scatter
 
 
 def _groups(X, seg):
@@ -159,7 +118,7 @@ def group_moments(X, seg, shift, scale):
         return None
     order, gseg, pattern, patterns, seg_groups = grouped
     rows = X if order is None else X[order]
-    sums, scatter = _scatter_by_group(np.ascontiguousarray(rows), gseg, shift, scale)
+    sums, scatter = segment_scatter(rows, gseg, shift, scale)
     return GroupMoments(patterns, pattern, seg_groups, np.diff(gseg).astype(np.float64), sums, scatter)
 
 

@@ -9,7 +9,6 @@ vector onto valid parameters. Parameter shapes follow scikit-learn.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads
 
 from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
                        safe_cholesky, symmetrize)
@@ -17,7 +16,7 @@ from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
-from ._summaries import global_moments
+from ._summaries import global_mean
 from .base import Model
 from .gmm_init import init_params
 from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covariance_type, covariance_shape,
@@ -149,9 +148,12 @@ class GaussianMixtureModel(Model):
             batch = check_int(batch, "batch")
         X, seg = federation.select(clients, batch, rng)
         means, tri, diag, const = _kernel_arrays(theta, self.shift)
-        kernel = _k.segment_sums if X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS else _k.segment_sums_serial
-        sums = kernel(X, seg, self.shift, means, tri, diag, const,
-                        _CODES[self.covariance_type], self.q, bool(hard), get_num_threads())
+        code = _CODES[self.covariance_type]
+        work = X.shape[0] * _k.row_flops(self.n_components, self.n_features, code)
+        # the same blocks either way (identical results); threads only pay off on enough work
+        parallel = work >= _k.PARALLEL_MIN_FLOPS and X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS
+        kernel = _k.segment_sums if parallel else _k.segment_sums_serial
+        sums = kernel(X, seg, self.shift, means, tri, diag, const, code, self.q, bool(hard))
         sums /= np.diff(seg)[:, None]
         return sums[:, :self.q], sums[:, self.q].copy()
 
@@ -217,8 +219,8 @@ class GaussianMixtureModel(Model):
 
     @classmethod
     def public_centring(cls, federation) -> dict:
-        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_moments`)."""
-        return {"shift": global_moments(federation)[0]}
+        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_mean`)."""
+        return {"shift": global_mean(federation)}
 
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
         """Federated initialisation (see :func:`fedemstats.models.gmm_init.init_params`)."""
