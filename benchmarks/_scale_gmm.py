@@ -13,7 +13,7 @@ from fedemstats.federation import Federation
 from fedemstats.models._summaries import global_mean
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
 
-from _scale_timing import gmm_round_flops, interleaved, summary
+from _scale_timing import ITERATIONS_PER_SAMPLE, gmm_round_flops, interleaved, summary
 
 #: Rows of the warm-up federation (d=10, K=5): enough work for the *parallel* kernel
 #: (PARALLEL_MIN_FLOPS, even with diagonal covariances) to compile or load before any
@@ -76,7 +76,8 @@ def gmm_case(n, d, ctype, reps, rng, n_clients=100, K=K_DEFAULT):
     X = synthetic(n, d, K, rng)
     theta = start_params(X, K, ctype, rng)
     offsets = np.linspace(0, n, n_clients + 1).astype(np.int64)
-    times = interleaved({"sklearn": sklearn_iteration(X, theta), "ours": ours_round(X, offsets, theta)}, reps)
+    times = interleaved({"sklearn": sklearn_iteration(X, theta), "ours": ours_round(X, offsets, theta)}, reps,
+                        ITERATIONS_PER_SAMPLE)
     sk, ours = summary(times["sklearn"]), summary(times["ours"])
     return {"n": n, "d": d, "cov": ctype, "sklearn": sk, "ours": ours, "ratio": ours["med"] / sk["med"],
             "flops": gmm_round_flops(n, d, K, ctype)}
@@ -95,7 +96,7 @@ def clients_table(n, client_counts, reps, rng, d=10, K=K_DEFAULT):
         offsets = np.linspace(0, n, m + 1).astype(np.int64)
         fns = {"sklearn": sklearn_iteration(X, theta), "identity": ours_round(X, offsets, theta),
                "dither": ours_round(X, offsets, theta, "dither:s=4", 0.5)}
-        times = {k: summary(v) for k, v in interleaved(fns, reps).items()}
+        times = {k: summary(v) for k, v in interleaved(fns, reps, ITERATIONS_PER_SAMPLE).items()}
         rows.append({"clients": m, **times, "ratio_identity": times["identity"]["med"] / times["sklearn"]["med"],
                      "ratio_dither": times["dither"]["med"] / times["sklearn"]["med"]})
     return rows

@@ -12,15 +12,30 @@ from threadpoolctl import threadpool_limits
 FLOOR_MATMUL_N = 2000
 
 
-def interleaved(fns: dict, reps: int) -> dict:
-    """Run each callable once per repetition, in turn, so that the machine's load hits
-    every contender alike. Returns name -> list of (wall s, cpu s of this process)."""
+#: Pause before each timed sample: the previous contender's idle BLAS / OpenMP threads
+#: spin for up to ~0.1 s after their last call and would slow the next one down.
+SETTLE_S = 0.3
+#: Consecutive iterations (rounds) per timed sample: a fit runs them back to back, so the
+#: interplay of one round's server products with the next round's kernel is included.
+ITERATIONS_PER_SAMPLE = 3
+
+
+def interleaved(fns: dict, reps: int, per_sample: int = 1) -> dict:
+    """Run each callable ``per_sample`` times in a row per repetition, contenders in turn,
+    so that the machine's load hits every contender alike.
+
+    Returns
+    -------
+    dict of name -> list of (wall s, cpu s of this process) per call (sample / per_sample)
+    """
     out = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
+            time.sleep(SETTLE_S)
             c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            out[name].append((time.perf_counter() - t0, time.process_time() - c0))
+            for _ in range(per_sample):
+                fn()
+            out[name].append(((time.perf_counter() - t0) / per_sample, (time.process_time() - c0) / per_sample))
     return out
 
 

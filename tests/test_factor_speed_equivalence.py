@@ -100,3 +100,20 @@ def test_cached_moments_follow_the_federation_and_the_standardisation(monkeypatc
     assert len(calls) == 2
     with pytest.raises(ValueError, match="client ids"):
         fa.client_stats(fed, theta, clients=[fed.n_clients])
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["factor", "gaussian"])
+def test_moment_statistics_do_not_depend_on_the_blas_thread_count(monkeypatch, which):
+    """The moments are BLAS matrix products (each entry summed in one order by one
+    thread), never a BLAS reduction split across threads: bitwise the same results."""
+    from threadpoolctl import threadpool_limits
+
+    fed = make_data("blocks", n=20_000, n_clients=4)
+    model, theta = models_and_params(fed)[which]
+    results = []
+    for threads in (1, 2):
+        monkeypatch.setattr(_group_moments, "_CACHE", type(_group_moments._CACHE)())
+        with threadpool_limits(limits=threads, user_api="blas"):
+            results.append(model.client_stats(fed, theta))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])

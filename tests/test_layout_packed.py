@@ -140,3 +140,30 @@ def test_factor_t_map_reads_the_packed_second_moment():
     assert szz[-1, -1] == pytest.approx(1.0)
     new = model.t_map(s)
     assert np.all(np.isfinite(new.components)) and np.all(new.noise_variance > 0)
+
+
+@pytest.mark.parametrize("ctype", ["full", "tied"])
+def test_diagonal_precision_factors_give_scikit_learns_numbers(ctype):
+    """Full / tied covariances that are diagonal (the k-means labelling pass uses the
+    identity) take the kernel's cheaper diagonal form; the numbers stay scikit-learn's."""
+    from scipy.special import logsumexp
+    from sklearn.mixture._gaussian_mixture import _estimate_log_gaussian_prob
+
+    from fedemstats.models.gmm import estimate_log_prob_resp
+
+    rng = np.random.default_rng(5)
+    X, _ = gmm_problem(d=6)
+    variances = rng.uniform(0.5, 3.0, size=(3, 6))
+    covs = np.array([np.diag(v) for v in variances]) if ctype == "full" else np.diag(variances[0])
+    theta = make_params(np.array([0.2, 0.3, 0.5]), rng.normal(size=(3, 6)), covs, covariance_type=ctype)
+    ref = _estimate_log_gaussian_prob(X, theta.means, theta.precisions_cholesky, ctype) + np.log(theta.weights)
+    log_norm, log_resp = estimate_log_prob_resp(X, theta)
+    np.testing.assert_allclose(log_norm, logsumexp(ref, axis=1), rtol=1e-12)
+    model = GaussianMixtureModel(3, 6, ctype, shift=X.mean(0))
+    stats, loglik = model.client_stats(Federation(X, [0, X.shape[0]]), theta)
+    r = np.exp(ref - logsumexp(ref, axis=1)[:, None])
+    Z = X - model.shift
+    second = np.einsum("nk,ni,nj->kij", r, Z, Z) if ctype == "full" else Z.T @ Z
+    expected = model.layout.pack({"resp": r.mean(0), "sum_x": r.T @ Z / len(X), "sum_xx": second / len(X)})
+    np.testing.assert_allclose(stats[0], expected, rtol=1e-10, atol=1e-12)
+    assert loglik[0] == pytest.approx(log_norm.mean(), rel=1e-12)

@@ -40,7 +40,11 @@ def _kernel_arrays(theta: GMMParams, shift):
     K, d = theta.means.shape
     pc, ctype = theta.precisions_cholesky, theta.covariance_type
     tri, diag = np.zeros((0, 0, 0)), np.zeros((0, 0))
-    if ctype == "full":
+    if ctype in ("full", "tied") and not np.any(pc[..., ~np.eye(d, dtype=bool)]):
+        # diagonal factors (e.g. the identity of the k-means labelling pass): the
+        # diagonal form gives the same numbers with d instead of d (d + 1) / 2 products
+        diag = np.ascontiguousarray(np.broadcast_to(np.diagonal(pc, axis1=-2, axis2=-1), (K, d)))
+    elif ctype == "full":
         tri = np.ascontiguousarray(pc)
     elif ctype == "tied":
         tri = np.ascontiguousarray(np.broadcast_to(pc, (K, d, d)))
