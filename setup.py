@@ -25,6 +25,7 @@ setup(
         "scikit-learn>=1.4",
         "pandas>=2.0",
         "tqdm>=4.60",
+        "threadpoolctl>=3.1",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["fedemstats=fedemstats.cli:main"]},

@@ -122,8 +122,8 @@ def test_dithering_sends_ten_times_fewer_uplink_bits():
     kw = dict(n_components=3, covariance_type="full", max_iter=6, tol=0.0, random_state=0)
     ident = FederatedGaussianMixture(**kw).fit(X, groups=groups)
     dith = FederatedGaussianMixture(compressor="dither:s=4", **kw).fit(X, groups=groups)
-    q = 3 + 3 * 6 + 3 * 6 * 6
-    assert q >= 100
+    q = 3 + 3 * 6 + 3 * 6 * 7 // 2  # full covariances travel as packed upper triangles
+    assert q >= 80
     # rounds >= 1 carry the compressed messages (round 0 is the uncompressed initialisation);
     # both include each client's 64-bit log-likelihood
     up_ident, up_dith = ident.history_["uplink_bits"][1:], dith.history_["uplink_bits"][1:]

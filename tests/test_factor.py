@@ -64,8 +64,8 @@ def test_statistics_match_joint_gaussian_conditioning():
             Cxz = np.c_[C[:d, d:], np.zeros(d)]
             Czz = np.zeros((k + 1, k + 1))
             Czz[:k, :k] = C[d:, d:]
-            acc.append(np.r_[xt ** 2 + np.diag(C)[:d], (np.outer(xt, z) + Cxz).ravel(),
-                             (np.outer(z, z) + Czz).ravel()])
+            acc.append(model.layout.pack({"sum_xx": xt ** 2 + np.diag(C)[:d], "sum_xz": np.outer(xt, z) + Cxz,
+                                          "sum_zz": np.outer(z, z) + Czz}))
         np.testing.assert_allclose(stats[i], np.mean(acc, axis=0), rtol=1e-10, atol=1e-10)
 
 

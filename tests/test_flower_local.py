@@ -132,11 +132,11 @@ def _round_reply_bytes(folder, compressor):
 
 
 def test_wire_bytes_shrink_with_dithering(tmp_path):
-    # d = 48, K = 2, full covariances: q = 2 + 96 + 4608 = 4706 statistics per reply
-    write_partitions(tmp_path, 3, rows=120, dim=48, n_components=2, seed=0)
+    # d = 68, K = 2, full covariances (packed upper triangles): q = 2 + 136 + 2 * 2346 = 4830 per reply
+    write_partitions(tmp_path, 3, rows=120, dim=68, n_components=2, seed=0)
     identity = _round_reply_bytes(str(tmp_path), "identity")
     dither = _round_reply_bytes(str(tmp_path), "dither:s=4")
-    assert identity > 3 * 8 * 4706  # three float64 replies of q values at least
+    assert identity > 3 * 8 * 4830  # three float64 replies of q values at least
     assert identity / dither >= 8.0, (identity, dither)
 
 

@@ -69,7 +69,8 @@ def test_gaussian_stats_match_per_row_reference():
         rows = [row_conditional(x, mean, cov) for x in fed.client(i)]
         s1 = np.mean([r[0] - shift for r in rows], axis=0)
         s2 = np.mean([np.outer(r[0] - shift, r[0] - shift) + r[1] for r in rows], axis=0)
-        np.testing.assert_allclose(stats[i], np.r_[s1, s2.ravel()], rtol=1e-12, atol=1e-12)
+        ref = model.layout.pack({"sum_x": s1, "sum_xx": s2})
+        np.testing.assert_allclose(stats[i], ref, rtol=1e-12, atol=1e-12)
         assert loglik[i] == pytest.approx(np.mean([r[2] for r in rows]), rel=1e-12)
 
 
@@ -112,20 +113,20 @@ def test_gmm_missing_stats_match_per_row_reference():
     covs = np.array([np.eye(D) * 2.0, np.cov(np.nan_to_num(X).T) + np.eye(D)])
     theta = make_params(np.array([0.3, 0.7]), means, covs)
     shift = np.nanmean(X, axis=0)
-    stats, loglik = GaussianMixtureMissingModel(2, D, shift=shift).client_stats(fed, theta)
+    model = GaussianMixtureMissingModel(2, D, shift=shift)
+    stats, loglik = model.client_stats(fed, theta)
     for i in range(fed.n_clients):
-        acc = []
+        acc, lls = [], []
         for x in fed.client(i):
             parts = [row_conditional(x, means[k], covs[k]) for k in range(2)]
             logw = np.log(theta.weights) + np.array([p[2] for p in parts])
             r = np.exp(logw - np.logaddexp.reduce(logw))
             z = [p[0] - shift for p in parts]
-            acc.append(np.r_[r, np.concatenate([r[k] * z[k] for k in range(2)]),
-                             np.concatenate([(r[k] * (np.outer(z[k], z[k]) + parts[k][1])).ravel()
-                                             for k in range(2)]), np.logaddexp.reduce(logw)])
-        ref = np.mean(acc, axis=0)
-        np.testing.assert_allclose(stats[i], ref[:-1], rtol=1e-10, atol=1e-12)
-        assert loglik[i] == pytest.approx(ref[-1], rel=1e-12)
+            acc.append(model.layout.pack({"resp": r, "sum_x": r[:, None] * np.array(z), "sum_xx": np.array(
+                [r[k] * (np.outer(z[k], z[k]) + parts[k][1]) for k in range(2)])}))
+            lls.append(np.logaddexp.reduce(logw))
+        np.testing.assert_allclose(stats[i], np.mean(acc, axis=0), rtol=1e-10, atol=1e-12)
+        assert loglik[i] == pytest.approx(np.mean(lls), rel=1e-12)
 
 
 @pytest.mark.parametrize("ctype", ["full", "diag"])

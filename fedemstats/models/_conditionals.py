@@ -25,19 +25,22 @@ def _second_moments_upper(z, r, C, pat, owner, out):
             w = r[i, k]
             if w == 0.0:
                 continue
+            t = 0  # storage index of (a, b) in the packed upper triangle
             for a in range(d):
                 wa = w * z[i, k, a]
                 for b in range(a, d):
-                    out[s, k, a, b] += wa * z[i, k, b] + w * C[k, p, a, b]
+                    out[s, k, t] += wa * z[i, k, b] + w * C[k, p, a, b]
+                    t += 1
 
 
 def second_moment_sums(z, r, C, pat, owner, out):
     """Add ``Σ_rows r_k (z_k z_kᵀ + C_{k,pattern})`` into ``out`` per segment, in place.
 
     A compiled loop over rows (no (n, K, d, d) temporaries) that adds the upper
-    triangle only (the caller mirrors it once, :func:`fedemstats._linalg.mirror_upper`);
-    rows of zero responsibility are skipped. Diagonal second moments need no such loop
-    (:func:`._mixture_missing.mixture_segment_sums` sums them with the first moments).
+    triangle only, in the packed storage order of a symmetric layout block
+    (:mod:`fedemstats.layout`); rows of zero responsibility are skipped. Diagonal second
+    moments need no such loop (:func:`._mixture_missing.mixture_segment_sums` sums them
+    with the first moments).
 
     Parameters
     ----------
@@ -46,7 +49,7 @@ def second_moment_sums(z, r, C, pat, owner, out):
     C : ndarray of shape (K, P, d, d)
     pat, owner : ndarray of int of shape (c,)
         Pattern and segment of each row.
-    out : ndarray of shape (n_seg, K, d, d)
+    out : ndarray of shape (n_seg, K, d (d + 1) / 2)
     """
     _second_moments_upper(np.ascontiguousarray(z), np.ascontiguousarray(r), C, np.ascontiguousarray(pat),
                           np.ascontiguousarray(owner), out)

@@ -1,7 +1,7 @@
 """Numba kernels of the Gaussian mixture: weighted log-probabilities and segment statistics.
 
-Work is split into contiguous *row blocks* (a few per thread) regardless of client
-boundaries, so that both "100 small clients" and "one client with 1M rows" keep all
+Work is split into contiguous *row blocks* (a number that depends on the rows only, so
+results do not depend on the thread count) regardless of client boundaries, so that both "100 small clients" and "one client with 1M rows" keep all
 cores busy (SPEC §2: one vectorised pass, no Python loop over clients). Inside a block,
 rows are processed in chunks of :data:`CHUNK_ROWS` held *transposed* (features x rows),
 so every inner loop runs over rows with unit stride and vectorises. A block writes the
@@ -11,22 +11,31 @@ O(n_blocks * q) beyond the output).
 
 Precisions come in two forms: ``prec_tri`` (K, d, d) upper-triangular factors U with
 U U^T = Sigma^{-1} (full; tied is broadcast to K copies) and ``prec_diag`` (K, d)
-(diag; spherical is broadcast to d columns). Only the upper triangle of the second
-moments is accumulated for full/tied; the caller mirrors it.
+(diag; spherical is broadcast to d columns). Full and tied second moments are
+accumulated and written as packed upper triangles, the layout's storage order.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
+from ._vexp import exp_shifted, sum_log_norm
+
 #: Covariance-type codes shared with gmm.py.
 COV_FULL, COV_TIED, COV_DIAG, COV_SPHERICAL = 0, 1, 2, 3
 #: Rows per inner chunk: the (d x chunk) row buffers stay in L1/L2 for d ~ 10-50.
 CHUNK_ROWS = 256
-#: Row blocks per thread (> 1 evens out the work when clients end mid-block).
-BLOCKS_PER_THREAD = 2
-#: Blocks are not made smaller than this, so tiny inputs run on one thread.
+#: Extra (unused) columns of the chunk buffers: one cache line, see :func:`_buffers`.
+CHUNK_PAD = 8
+#: Blocks are not made smaller than this, so tiny inputs run as one block.
 MIN_BLOCK_ROWS = 2048
+#: At most this many row blocks. The split depends on the number of rows only, never on
+#: the number of threads, so the sums (their order of addition) and hence the results
+#: are bitwise the same whatever the thread count; 64 blocks keep up to ~32 threads busy.
+MAX_ROW_BLOCKS = 64
+#: Below this many floating-point operations (about a millisecond of one core) a pass
+#: runs serially: waking the thread pool costs more than it saves (see gmm.py).
+PARALLEL_MIN_FLOPS = 1e7
 #: Let LLVM reassociate the row sums (SIMD reductions) and fuse multiply-adds, but keep
 #: IEEE inf/NaN semantics (log pi_k = -inf for an empty component must stay -inf).
 FAST_SUMS = {"reassoc", "contract", "nsz"}
@@ -40,8 +49,11 @@ def _load_chunk(X, r0, n, shift, xt):
 
 
 @njit(cache=True, fastmath=FAST_SUMS)
-def _log_prob_tri(xt, n, means, prec, const, diff, y, sq, lp):
-    """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular."""
+def _log_prob_tri(xt, n, means, prec, const, diff, y, y2, sq, lp):
+    """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular.
+
+    Columns j, j + 1 of U_k are done in one pass over ``diff`` (one load feeds two
+    multiply-adds: the loop is bound by loads and stores, not arithmetic)."""
     K, d = means.shape
     for k in range(K):
         for i in range(d):
@@ -49,10 +61,22 @@ def _log_prob_tri(xt, n, means, prec, const, diff, y, sq, lp):
             for t in range(n):
                 diff[i, t] = xt[i, t] - m
         sq[:n] = 0.0
-        for j in range(d):
+        for j in range(0, d - 1, 2):
             y[:n] = 0.0
+            y2[:n] = 0.0
             for i in range(j + 1):
-                p = prec[k, i, j]
+                pa, pb = prec[k, i, j], prec[k, i, j + 1]
+                for t in range(n):
+                    y[t] += diff[i, t] * pa
+                    y2[t] += diff[i, t] * pb
+            pb = prec[k, j + 1, j + 1]
+            for t in range(n):
+                v = y2[t] + diff[j + 1, t] * pb
+                sq[t] += y[t] * y[t] + v * v
+        if d % 2:
+            y[:n] = 0.0
+            for i in range(d):
+                p = prec[k, i, d - 1]
                 for t in range(n):
                     y[t] += diff[i, t] * p
             for t in range(n):
@@ -77,15 +101,15 @@ def _log_prob_diag(xt, n, means, prec, const, sq, lp):
 
 
 @njit(cache=True)
-def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, sq, lp):
+def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, y2, sq, lp):
     if prec_tri.shape[0] > 0:
-        _log_prob_tri(xt, n, means, prec_tri, const, diff, y, sq, lp)
+        _log_prob_tri(xt, n, means, prec_tri, const, diff, y, y2, sq, lp)
     else:
         _log_prob_diag(xt, n, means, prec_diag, const, sq, lp)
 
 
 @njit(cache=True)
-def _responsibilities(lp, n, hard, mx, sm):
+def _responsibilities(lp, n, hard, mx, sm, bits, e):
     """In place: lp (K, n) -> responsibilities; returns sum over rows of log-norm.
 
     Log-sum-exp with the row maximum subtracted (stable). ``hard`` gives one-hot
@@ -96,28 +120,23 @@ def _responsibilities(lp, n, hard, mx, sm):
     for k in range(1, K):
         for t in range(n):
             mx[t] = max(mx[t], lp[k, t])
-    if hard:
-        total = 0.0
+    sm[:n] = 0.0
+    for k in range(K):
+        exp_shifted(lp[k], mx, n, bits, e)
         for t in range(n):
-            sm[t] = 0.0
-            for k in range(K):
-                sm[t] += np.exp(lp[k, t] - mx[t])
-            total += mx[t] + np.log(sm[t])
+            sm[t] += e[t]
+            if not hard:
+                lp[k, t] = e[t]
+    total = sum_log_norm(mx, sm, n)
+    if hard:
+        for t in range(n):
             found = False
             for k in range(K):
                 win = (not found) and lp[k, t] == mx[t]
                 found = found or win
                 lp[k, t] = 1.0 if win else 0.0
         return total
-    # one exp per (k, t): r = exp(lp - max) / sum_k exp(lp - max)
-    sm[:n] = 0.0
-    for k in range(K):
-        for t in range(n):
-            lp[k, t] = np.exp(lp[k, t] - mx[t])
-            sm[t] += lp[k, t]
-    total = 0.0
     for t in range(n):
-        total += mx[t] + np.log(sm[t])
         sm[t] = 1.0 / sm[t]
     for k in range(K):
         for t in range(n):
@@ -125,11 +144,31 @@ def _responsibilities(lp, n, hard, mx, sm):
     return total
 
 
+@njit(cache=True, inline="always")
+def _row_start(i, d):
+    """Stored index of entry (i, i) of a packed upper triangle (layout.py: row-major)."""
+    return i * d - i * (i - 1) // 2
+
+
+def row_flops(K, d, code) -> int:
+    """Floating-point operations per row of a pass (the cost model of the serial/parallel choice).
+
+    Per component: the difference, the triangular (or diagonal) product and squared norm,
+    the responsibility, ``r x`` and the weighted second moment.
+    """
+    full = code in (COV_FULL, COV_TIED)
+    logp = d + d * (d + 1) + 2 * d if full else 3 * d
+    second = {COV_FULL: d * (d + 1), COV_TIED: 0}.get(code, 2 * d)
+    return K * (logp + 4 + 2 * d + second) + (d * (d + 1) if code == COV_TIED else 0)
+
+
 @njit(cache=True, fastmath=FAST_SUMS)
 def _accumulate(xt, n, r, code, w, acc):
-    """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order."""
+    """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order
+    (full and tied second moments as packed upper triangles, :mod:`fedemstats.layout`)."""
     K = r.shape[0]
     d = xt.shape[0]
+    tri = d * (d + 1) // 2
     o1 = K
     o2 = K + K * d
     for k in range(K):
@@ -144,12 +183,7 @@ def _accumulate(xt, n, r, code, w, acc):
                 s1 += w[t]
             acc[o1 + k * d + i] += s1
             if code == COV_FULL:
-                base = o2 + k * d * d + i * d
-                for j in range(i, d):
-                    s2 = 0.0
-                    for t in range(n):
-                        s2 += w[t] * xt[j, t]
-                    acc[base + j] += s2
+                _upper_row(w, xt, i, n, acc, o2 + k * tri + _row_start(i, d) - i)
             elif code == COV_DIAG or code == COV_SPHERICAL:
                 s2 = 0.0
                 for t in range(n):
@@ -157,31 +191,57 @@ def _accumulate(xt, n, r, code, w, acc):
                 acc[o2 + (k * d + i if code == COV_DIAG else k)] += s2
     if code == COV_TIED:
         for i in range(d):
-            for j in range(i, d):
-                s2 = 0.0
-                for t in range(n):
-                    s2 += xt[i, t] * xt[j, t]
-                acc[o2 + i * d + j] += s2
+            _upper_row(xt[i], xt, i, n, acc, o2 + _row_start(i, d) - i)
+
+
+@njit(cache=True, fastmath=FAST_SUMS)
+def _upper_row(w, xt, i, n, acc, base):
+    """acc[base + j] += sum_t w[t] xt[j, t] for j = i..d-1, four columns per pass over w
+    (one load of w feeds four multiply-adds: the loop is bound by loads, not arithmetic)."""
+    d = xt.shape[0]
+    j = i
+    while j + 3 < d:
+        s0 = s1 = s2 = s3 = 0.0
+        for t in range(n):
+            wt = w[t]
+            s0 += wt * xt[j, t]
+            s1 += wt * xt[j + 1, t]
+            s2 += wt * xt[j + 2, t]
+            s3 += wt * xt[j + 3, t]
+        acc[base + j] += s0
+        acc[base + j + 1] += s1
+        acc[base + j + 2] += s2
+        acc[base + j + 3] += s3
+        j += 4
+    while j < d:
+        s0 = 0.0
+        for t in range(n):
+            s0 += w[t] * xt[j, t]
+        acc[base + j] += s0
+        j += 1
 
 
 @njit(cache=True)
 def _process_rows(X, r0, r1, shift, means, prec_tri, prec_diag, const, code, hard, bufs, acc):
     """Add the statistics of rows r0:r1 (one client) to acc; last entry = sum log-norm."""
-    xt, diff, lp, y, sq, w, mx, sm = bufs
+    xt, diff, lp, y, sq, w, mx, sm, bits, e = bufs
     q = acc.shape[0] - 1
     for c0 in range(r0, r1, CHUNK_ROWS):
         n = min(CHUNK_ROWS, r1 - c0)
         _load_chunk(X, c0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, sq, lp)
-        acc[q] += _responsibilities(lp, n, hard, mx, sm)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
+        acc[q] += _responsibilities(lp, n, hard, mx, sm, bits, e)
         _accumulate(xt, n, lp, code, w, acc)
 
 
 @njit(cache=True)
 def _buffers(K, d):
     c = CHUNK_ROWS
-    return (np.empty((d, c)), np.empty((d, c)), np.empty((K, c)), np.empty(c),
-            np.empty(c), np.empty(c), np.empty(c), np.empty(c))
+    # rows of the 2-D buffers CHUNK_PAD apart from a power of two: a 2 KB row stride maps
+    # every row to the same few L1 sets (at d = 50: 40% slower than d = 49)
+    p = c + CHUNK_PAD
+    return (np.empty((d, p)), np.empty((d, p)), np.empty((K, p)), np.empty(c),
+            np.empty(c), np.empty(c), np.empty(c), np.empty(c), np.empty(c, dtype=np.int64), np.empty(c))
 
 
 @njit(cache=True)
@@ -212,9 +272,40 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     return head_seg, tail_seg
 
 
+@njit(cache=True)
+def _plan(seg, q):
+    """Row blocks and output buffers of a segment pass: (nb, out, head, tail, head_seg, tail_seg)."""
+    n_seg = seg.shape[0] - 1
+    nb = max(1, min(seg[n_seg] // MIN_BLOCK_ROWS, MAX_ROW_BLOCKS))
+    return (nb, np.zeros((n_seg, q + 1)), np.zeros((nb, q + 1)), np.zeros((nb, q + 1)),
+            np.full(nb, -1, dtype=np.int64), np.full(nb, -1, dtype=np.int64))
+
+
+@njit(cache=True)
+def _run_block(b, nb, X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan):
+    """Row block ``b`` of ``nb`` (see :func:`_block_pass`); records its head/tail client ids."""
+    _, out, head, tail, head_seg, tail_seg = plan
+    n_rows = seg[seg.shape[0] - 1]
+    a, e = n_rows * b // nb, n_rows * (b + 1) // nb
+    head_seg[b], tail_seg[b] = _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code,
+                                           hard, out, head[b], tail[b])
+
+
+@njit(cache=True)
+def _merge(plan):
+    """Add the clients' pieces cut by block boundaries; returns the (n_seg, q + 1) sums."""
+    nb, out, head, tail, head_seg, tail_seg = plan
+    for b in range(nb):
+        if head_seg[b] >= 0:
+            out[head_seg[b], :] += head[b, :]
+        if tail_seg[b] >= 0:
+            out[tail_seg[b], :] += tail[b, :]
+    return out
+
+
 @njit(cache=True, parallel=True)
-def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard, n_threads):
-    """Per-segment sums of the statistics and of the log-likelihood.
+def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard):
+    """Per-segment sums of the statistics and of the log-likelihood, row blocks on numba's threads.
 
     Parameters
     ----------
@@ -224,40 +315,32 @@ def segment_sums(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard
     shift : (d,);  means : (K, d) already shifted (mu - c)
     prec_tri : (K, d, d) or (0, 0, 0);  prec_diag : (K, d) or (0, 0)
     const : (K,) log pi_k + log det U_k - d/2 log(2 pi)
-    code : int covariance code;  q : int statistic length;  hard : bool
-    n_threads : int
-        ``numba.get_num_threads()`` of the caller (sets the number of row blocks).
+    code : int covariance code;  q : int statistic length (packed layout);  hard : bool
 
     Returns
     -------
     out : ndarray of shape (n_seg, q + 1)
         Sums (not means) of the statistics; column ``q`` holds sum of log p(x).
     """
-    n_seg = seg.shape[0] - 1
-    n_rows = seg[n_seg]
-    nb = max(1, min(n_rows // MIN_BLOCK_ROWS, n_threads * BLOCKS_PER_THREAD))
-    out = np.zeros((n_seg, q + 1))
-    head = np.zeros((nb, q + 1))
-    tail = np.zeros((nb, q + 1))
-    head_seg = np.full(nb, -1, dtype=np.int64)
-    tail_seg = np.full(nb, -1, dtype=np.int64)
-    for b in prange(nb):
-        a = n_rows * b // nb
-        e = n_rows * (b + 1) // nb
-        head_seg[b], tail_seg[b] = _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag,
-                                               const, code, hard, out, head[b], tail[b])
-    for b in range(nb):
-        if head_seg[b] >= 0:
-            out[head_seg[b], :] += head[b, :]
-        if tail_seg[b] >= 0:
-            out[tail_seg[b], :] += tail[b, :]
-    return out
+    plan = _plan(seg, q)
+    for b in prange(plan[0]):
+        _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
+    return _merge(plan)
 
 
-#: The same kernel without a parallel region. Below 2 * MIN_BLOCK_ROWS rows there is a
-#: single row block, and waking the thread pool costs more than the work (measured: 7 ms
-#: per call for 3,000 rows on a loaded 2-core machine, against 0.2 ms serially).
-segment_sums_serial = njit(cache=True)(segment_sums.py_func)
+@njit(cache=True)
+def segment_sums_serial(X, seg, shift, means, prec_tri, prec_diag, const, code, q, hard):
+    """:func:`segment_sums` without a parallel region, for inputs of one row block.
+
+    A distinct Python function on purpose: numba's cache key ignores the jit options,
+    so ``njit(segment_sums.py_func)`` would share (and overwrite) the parallel kernel's
+    cache entry, and every later process would run whichever compiled first (issue 15).
+    Same blocks, same order of addition: the results equal the parallel kernel's bit for bit.
+    """
+    plan = _plan(seg, q)
+    for b in range(plan[0]):
+        _run_block(b, plan[0], X, seg, shift, means, prec_tri, prec_diag, const, code, hard, plan)
+    return _merge(plan)
 
 
 @njit(cache=True, parallel=True)
@@ -268,11 +351,11 @@ def weighted_log_prob(X, shift, means, prec_tri, prec_diag, const):
     out = np.empty((n_rows, K))
     n_chunks = (n_rows + CHUNK_ROWS - 1) // CHUNK_ROWS
     for c in prange(n_chunks):
-        xt, diff, lp, y, sq, w, mx, sm = _buffers(K, d)
+        xt, diff, lp, y, sq, w, mx, sm, _, _ = _buffers(K, d)
         r0 = c * CHUNK_ROWS
         n = min(CHUNK_ROWS, n_rows - r0)
         _load_chunk(X, r0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, sq, lp)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
         for t in range(n):
             for k in range(K):
                 out[r0 + t, k] = lp[k, t]

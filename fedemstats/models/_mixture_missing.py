@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg import logsumexp, mirror_upper
+from .._linalg import logsumexp
+from ..layout import sym_size
 from .._validation import check_rng
 from ._conditionals import gaussian_blocks, gaussian_conditionals, second_moment_sums
 from ._mixture import draw_components
@@ -50,17 +51,18 @@ def mixture_segment_sums(X, seg, weights, means, covs, shift, diag=False):
 
     Returns
     -------
-    sums : ndarray of shape (n_seg, K + K*d + K*d*d + 1) (diag: K + 2*K*d + 1)
+    sums : ndarray of shape (n_seg, K + K*d + K*d*(d+1)/2 + 1) (diag: K + 2*K*d + 1)
         Sums of ``[r_k, r_k z_k, r_k (z_k z_kᵀ + C_k,mm), loglik]`` with ``z_k = x̂_k − c``
-        (diag: the diagonal of the second moment), i.e. the statistic layout of
-        :class:`.gmm.GaussianMixtureModel` followed by the log-likelihood.
+        (full: the packed upper triangles of the second moments; diag: their diagonals),
+        i.e. the statistic layout of :class:`.gmm.GaussianMixtureModel` followed by the
+        log-likelihood.
     """
     K, d = means.shape
     observed = ~np.isnan(X)
     patterns, pat = missing_patterns(observed)
     blocks = gaussian_blocks(covs, patterns)
     owner = segment_owner(seg)
-    second = None if diag else np.zeros((seg.size - 1, K, d, d))
+    second = None if diag else np.zeros((seg.size - 1, K, sym_size(d)))
 
     def rows(a, b):
         yhat, logp = gaussian_conditionals(X[a:b], observed[a:b], pat[a:b], means, blocks)
@@ -78,7 +80,7 @@ def mixture_segment_sums(X, seg, weights, means, covs, shift, diag=False):
     sums = segment_sums(rows, seg, width, rows_per_chunk(K * d * d))
     if diag:
         return sums
-    return np.concatenate([sums[:, :-1], mirror_upper(second).reshape(seg.size - 1, -1), sums[:, -1:]], axis=1)
+    return np.concatenate([sums[:, :-1], second.reshape(seg.size - 1, -1), sums[:, -1:]], axis=1)
 
 
 def _chunks(X, means, covs):

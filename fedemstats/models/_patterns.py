@@ -8,12 +8,18 @@ pass over all clients, never a Python loop over clients (SPEC §2).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit, prange
 
-__all__ = ["CHUNK_FLOATS", "missing_patterns", "rows_per_chunk", "segment_owner", "segment_sums"]
+__all__ = ["CHUNK_FLOATS", "BLAS_MIN_ROWS", "missing_patterns", "rows_per_chunk", "segment_owner", "segment_sums",
+           "segment_scatter", "segment_column_sums"]
 
 #: Floats held by one chunk's per-row temporaries; bounds memory at ~32 MB per array
 #: whatever n and d are (per-row second moments are d*d each).
 CHUNK_FLOATS = 2 ** 22
+#: Segments with at least this many rows get their scatter from one BLAS product (in
+#: chunks of CHUNK_FLOATS); smaller ones from one compiled pass over all of them (a
+#: Python-level product per tiny segment would cost more than the product).
+BLAS_MIN_ROWS = 512
 
 
 def missing_patterns(observed):
@@ -70,4 +76,85 @@ def segment_sums(row_fn, seg, width, chunk):
         own = owner[start:stop]
         heads = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
         out[own[heads]] += np.add.reduceat(row_fn(start, stop), heads, axis=0)
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _small_segment_scatter(X, seg, which, centre, scale, sums, scatter):
+    """Moments of the listed segments of ``(X − centre) / scale``, NaN counted as 0."""
+    d = X.shape[1]
+    for wi in prange(which.shape[0]):
+        g = which[wi]
+        c = centre[g]
+        z = np.empty(d)
+        for r in range(seg[g], seg[g + 1]):
+            for i in range(d):
+                v = (X[r, i] - c[i]) / scale[i]
+                z[i] = 0.0 if np.isnan(v) else v
+                sums[g, i] += z[i]
+            for i in range(d):
+                zi = z[i]
+                for j in range(i, d):
+                    scatter[g, i, j] += zi * z[j]
+        for i in range(d):
+            for j in range(i + 1, d):
+                scatter[g, j, i] = scatter[g, i, j]
+
+
+def _blas_scatter(X, a, b, centre, scale, sums, scatter):
+    """Sum and scatter of rows a:b of ``(X − centre) / scale`` by chunked BLAS products."""
+    for start in range(a, b, rows_per_chunk(X.shape[1])):
+        Z = (X[start:min(b, start + rows_per_chunk(X.shape[1]))] - centre) / scale
+        np.nan_to_num(Z, copy=False, nan=0.0)
+        sums += Z.sum(axis=0)
+        scatter += Z.T @ Z
+
+
+def segment_scatter(X, seg, centre, scale):
+    """Per-segment sum and scatter of the standardised rows, missing values counted as 0.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        NaN where missing.
+    seg : ndarray of int of shape (n_seg + 1,)
+        Segment boundaries (contiguous, non-empty).
+    centre : ndarray of shape (d,) or (n_seg, d)
+        Subtracted before the products (one point, or one per segment).
+    scale : ndarray of shape (d,)
+
+    Returns
+    -------
+    sums : ndarray of shape (n_seg, d)
+        ``Σ z`` with ``z = (x − centre) / scale`` and 0 where x is missing.
+    scatter : ndarray of shape (n_seg, d, d)
+        ``Σ z zᵀ`` (symmetric).
+    """
+    n_seg, d = seg.size - 1, X.shape[1]
+    centre = np.ascontiguousarray(np.broadcast_to(np.asarray(centre, dtype=np.float64), (n_seg, d)))
+    scale = np.asarray(scale, dtype=np.float64)
+    sums, scatter = np.zeros((n_seg, d)), np.zeros((n_seg, d, d))
+    sizes = np.diff(seg)
+    for g in np.flatnonzero(sizes >= BLAS_MIN_ROWS):  # at most n / BLAS_MIN_ROWS of them
+        _blas_scatter(X, seg[g], seg[g + 1], centre[g], scale, sums[g], scatter[g])
+    small = np.flatnonzero(sizes < BLAS_MIN_ROWS)
+    if small.size:
+        _small_segment_scatter(np.ascontiguousarray(X), np.asarray(seg, dtype=np.int64), small, centre, scale,
+                               sums, scatter)
+    return sums, scatter
+
+
+@njit(cache=True, parallel=True)
+def _column_sums(X, seg, out):
+    for g in prange(seg.shape[0] - 1):
+        for r in range(seg[g], seg[g + 1]):
+            for i in range(X.shape[1]):
+                out[g, i] += X[r, i]
+
+
+def segment_column_sums(X, seg) -> np.ndarray:
+    """Per-segment column sums, shape (n_seg, d), in one parallel pass over the rows
+    (``np.add.reduceat`` along axis 0 is four times slower)."""
+    out = np.zeros((seg.size - 1, X.shape[1]))
+    _column_sums(np.ascontiguousarray(X), np.asarray(seg, dtype=np.int64), out)
     return out

@@ -14,16 +14,21 @@ sums. The summaries are
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .._linalg import safe_cholesky
 from .._validation import check_int, check_rng
 from ..federation import Federation
-from ._patterns import rows_per_chunk, segment_owner, segment_sums
+from ._local_kmeans import local_kmeans_all
+from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 
 __all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
-           "client_moments", "combine_moments", "global_moments", "nan_mean", "nan_moments",
-           "regularised_nan_moments", "shrink_to_positive_definite", "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "check_shift_scale", "standardising_shift_scale",
+           "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "nan_mean",
+           "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
+           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "check_shift_scale", "standardising_shift_scale",
            "local_kmeans", "init_kmeans_summaries", "filled_kmeans_summaries"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
@@ -31,6 +36,10 @@ __all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummar
 SUMMARY_MIN_ROWS = 5
 #: Lloyd iterations of each client's local k-means (a summary, not a final clustering).
 LOCAL_LLOYD_ITER = 10
+#: A client's local k-means runs on at most this many of its rows (an evenly spread
+#: random sample): enough for K ~ 10 centroids, and the initialisation then costs less
+#: than one E-step whatever the client sizes (issue 15 item 4, set-up cost).
+LOCAL_KMEANS_MAX_ROWS = 1024
 #: Restarts of the server's weighted k-means on the pooled centroids.
 SERVER_N_INIT = 4
 #: Federated initialisations of the mixtures: k-means summaries or random draws from global moments.
@@ -57,8 +66,8 @@ def client_moments(federation):
     """Client part of the global moments: each client's count, mean and centred scatter.
 
     Client ``i`` centres its rows on its own mean, so no precision is lost to a large
-    offset: ``M_i = sum_j (x_j - xbar_i)(x_j - xbar_i)^T``. Both sums run chunk by chunk
-    over all clients (no (n, d) copy of the data).
+    offset: ``M_i = sum_j (x_j - xbar_i)(x_j - xbar_i)^T`` (:func:`._patterns.segment_scatter`:
+    BLAS products for large clients, one compiled pass for many small ones).
 
     Returns
     -------
@@ -66,17 +75,21 @@ def client_moments(federation):
     means : ndarray of shape (n_clients, n_features)
     scatters : ndarray of shape (n_clients, n_features, n_features)
     """
-    X, seg, sizes = federation.X, federation.offsets, federation.sizes
-    d = X.shape[1]
-    means = segment_sums(lambda a, b: X[a:b], seg, d, rows_per_chunk(d)) / sizes[:, None]
-    owner = segment_owner(seg)
-
-    def centred_outer(a, b):
-        Z = X[a:b] - means[owner[a:b]]
-        return (Z[:, :, None] * Z[:, None, :]).reshape(b - a, d * d)
-
-    scatters = segment_sums(centred_outer, seg, d * d, rows_per_chunk(d * d)).reshape(-1, d, d)
+    sizes, means = client_means(federation)
+    _, scatters = segment_scatter(federation.X, federation.offsets, means, np.ones(federation.n_features))
     return sizes, means, scatters
+
+
+def client_means(federation):
+    """Each client's count (n_clients,) and mean (n_clients, n_features): one pass over the rows."""
+    sizes = federation.sizes
+    return sizes, segment_column_sums(federation.X, federation.offsets) / sizes[:, None]
+
+
+def global_mean(federation) -> np.ndarray:
+    """Pooled mean, shape (n_features,), from the clients' counts and means (rows pooled)."""
+    sizes, means = client_means(federation)
+    return sizes @ means / sizes.sum()
 
 
 def combine_moments(sizes, client_means, within):
@@ -117,37 +130,37 @@ def global_moments(federation):
 
 
 # ---------------------------------------------------------------------- rows with missing values
-def _client_nan_sums(X, seg, observed):
-    """Client part 1: per-client column sums and counts of observed values, (n_clients, d) each."""
-    d = X.shape[1]
-
-    def rows(a, b):
-        return np.concatenate([np.where(observed[a:b], X[a:b], 0.0), observed[a:b]], axis=1)
-
-    sums = segment_sums(rows, seg, 2 * d, rows_per_chunk(2 * d))
-    return sums[:, :d], sums[:, d:]
-
-
-def _client_pair_sums(X, seg, observed, centre):
-    """Client part 2, after the server broadcast the mean ``c``: per-client sums of
-    ``(x_j - c_j)(x_l - c_l)`` and counts over rows where both are observed, (n_clients, d, d) each."""
-    d = X.shape[1]
-
-    def rows(a, b):
-        obs = observed[a:b].astype(np.float64)
-        Z = np.where(observed[a:b], X[a:b] - centre, 0.0)
-        return np.concatenate([(Z[:, :, None] * Z[:, None, :]).reshape(b - a, d * d),
-                               (obs[:, :, None] * obs[:, None, :]).reshape(b - a, d * d)], axis=1)
-
-    sums = segment_sums(rows, seg, 2 * d * d, rows_per_chunk(2 * d * d))
-    return sums[:, :d * d].reshape(-1, d, d), sums[:, d * d:].reshape(-1, d, d)
-
-
 def nan_mean(federation, observed=None) -> np.ndarray:
     """Mean of the observed values of each column from the clients' sums and counts, shape (d,)."""
-    observed = ~np.isnan(federation.X) if observed is None else observed
-    sums, counts = _client_nan_sums(federation.X, federation.offsets, observed)
-    return sums.sum(axis=0) / np.maximum(counts.sum(axis=0), 1.0)
+    X = federation.X
+    observed = ~np.isnan(X) if observed is None else observed
+    sums = np.where(observed, X, 0.0).sum(axis=0)
+    return sums / np.maximum(observed.sum(axis=0), 1.0)
+
+
+def _pair_sums(X, centre):
+    """Sums of ``(x_j - c_j)(x_l - c_l)`` and counts over rows where both are observed, (d, d) each.
+
+    Each client's sums are over its own rows; the server only needs their total, which
+    is computed here as chunked BLAS products over all rows (the same numbers).
+    """
+    d = X.shape[1]
+    sums, counts = np.zeros((d, d)), np.zeros((d, d))
+    for start in range(0, X.shape[0], rows_per_chunk(2 * d)):
+        Z = X[start:start + rows_per_chunk(2 * d)] - centre
+        missing = np.isnan(Z)
+        if missing.any():
+            Z[missing] = 0.0
+            obs = (~missing).astype(np.float64)
+            counts += obs.T @ obs
+        else:
+            counts += Z.shape[0]
+        sums += Z.T @ Z
+    return sums, counts
+
+
+#: federation -> (its X, nan_moments): round 1 is run once per fit (centring, then init)
+_NAN_MOMENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def nan_moments(federation):
@@ -155,7 +168,8 @@ def nan_moments(federation):
 
     Clients send their column sums and counts; the server broadcasts the mean ``c``;
     clients send the pairwise sums ``sum (x_j - c_j)(x_l - c_l)`` and pairwise counts over
-    their rows where both are observed; the server adds them up.
+    their rows where both are observed; the server adds them up. Computed once per
+    federation (the public centring and the initialisation both ask for it).
 
     Parameters
     ----------
@@ -169,12 +183,15 @@ def nan_moments(federation):
         Symmetric, not necessarily positive definite (pairwise deletion); pairs never
         observed together get 0.
     """
-    observed = ~np.isnan(federation.X)
-    mean = nan_mean(federation, observed)
-    pair_sums, pair_counts = _client_pair_sums(federation.X, federation.offsets, observed, mean)
-    pair_n = pair_counts.sum(axis=0)
-    cov = np.where(pair_n > 0, pair_sums.sum(axis=0) / np.maximum(pair_n, 1.0), 0.0)
-    return mean, 0.5 * (cov + cov.T)
+    cached = _NAN_MOMENTS.get(federation)
+    if cached is not None and cached[0] is federation.X:
+        return cached[1][0].copy(), cached[1][1].copy()
+    mean = nan_mean(federation)
+    pair_sums, pair_n = _pair_sums(federation.X, mean)
+    cov = np.where(pair_n > 0, pair_sums / np.maximum(pair_n, 1.0), 0.0)
+    result = (mean, 0.5 * (cov + cov.T))
+    _NAN_MOMENTS[federation] = (federation.X, result)
+    return result[0].copy(), result[1].copy()
 
 
 def regularised_nan_moments(federation, reg_covar):
@@ -261,31 +278,20 @@ def standardising_shift_scale(federation) -> dict:
 # ---------------------------------------------------------------------- k-means summaries
 def local_kmeans(Xi, k, rng):
     """k-means++ seeding and a few Lloyd steps on one client's rows: (centroids, counts)."""
-    centers = [Xi[rng.integers(Xi.shape[0])]]
-    d2 = np.sum((Xi - centers[0]) ** 2, axis=1)
-    for _ in range(1, k):
-        p = d2 / d2.sum() if d2.sum() > 0 else None
-        centers.append(Xi[rng.choice(Xi.shape[0], p=p)])
-        d2 = np.minimum(d2, np.sum((Xi - centers[-1]) ** 2, axis=1))
-    C = np.array(centers)
-    sq_rows = np.sum(Xi ** 2, 1)[:, None]
-    for _ in range(LOCAL_LLOYD_ITER):
-        labels = np.argmin(sq_rows - 2 * Xi @ C.T + np.sum(C ** 2, 1), axis=1)
-        onehot = (labels[:, None] == np.arange(k)).astype(np.float64)
-        counts = onehot.sum(axis=0).astype(np.int64)
-        sums = onehot.T @ Xi
-        nonempty = counts > 0
-        C[nonempty] = sums[nonempty] / counts[nonempty, None]
-    return C, counts
+    centres, counts, _ = local_kmeans_all(Xi, np.array([0, Xi.shape[0]]), np.array([k]), rng, LOCAL_LLOYD_ITER,
+                                          LOCAL_KMEANS_MAX_ROWS)
+    return centres[0], counts[0]
 
 
 def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial centres from clients' local k-means summaries.
 
     Client ``i`` runs k-means with ``min(n_components, m_i // min_rows)`` clusters on its
-    own rows and sends only the centroids and counts of clusters with at least
-    ``min_rows`` rows (so no centroid is a single row); the server runs weighted
-    k-means++ (scikit-learn ``KMeans`` with ``sample_weight`` = counts) on them.
+    own rows (an evenly spread sample of :data:`LOCAL_KMEANS_MAX_ROWS` of them if it has
+    more) and sends only the centroids and counts of clusters averaging at least
+    ``min_rows`` rows (so no centroid is a single row), counts scaled to its ``m_i`` rows;
+    the server runs weighted k-means++ (scikit-learn ``KMeans`` with ``sample_weight`` =
+    counts) on them. All clients' k-means run in one parallel pass (:mod:`._local_kmeans`).
 
     Parameters
     ----------
@@ -308,15 +314,14 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     n_components = check_int(n_components, "n_components")
     min_rows = check_int(min_rows, "min_rows", minimum=2)
     rng = check_rng(rng)
-    cents, counts = [], []
-    for i in range(federation.n_clients):  # each client's k-means is its own computation
-        k = min(n_components, int(federation.sizes[i]) // min_rows)
-        if k == 0:
-            continue
-        C, cnt = local_kmeans(federation.client(i), k, rng)
-        keep = cnt >= min_rows
-        cents.append(C[keep])
-        counts.append(cnt[keep])
+    ks = np.minimum(n_components, federation.sizes // min_rows)
+    # every client's k-means on its own rows, all clients in one parallel pass
+    centres, counts, used = local_kmeans_all(federation.X, federation.offsets, ks, rng, LOCAL_LLOYD_ITER,
+                                             LOCAL_KMEANS_MAX_ROWS)
+    keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
+    # weights: the client's rows a centroid stands for (counts of a sample scaled up)
+    weights = counts * (federation.sizes / used)[:, None]
+    cents, counts = [centres[keep]], [weights[keep]]
     n_sent = int(sum(c.shape[0] for c in cents))
     if n_sent < n_components:
         raise TooFewSummariesError(
@@ -327,7 +332,11 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
 
     km = KMeans(n_clusters=n_components, n_init=SERVER_N_INIT,
                 random_state=int(rng.integers(np.iinfo(np.int32).max)))
-    return km.fit(C, sample_weight=w).cluster_centers_
+    # a few hundred weighted points: one thread. scikit-learn's OpenMP threads next to
+    # numba's (another OpenMP runtime, its threads spinning after the clients' pass) made
+    # this fit 50x slower on 2 cores (1.2 s instead of 0.02 s)
+    with threadpool_limits(limits=1):
+        return km.fit(C, sample_weight=w).cluster_centers_
 
 
 def filled_kmeans_summaries(federation, fill, n_components, rng, min_rows=SUMMARY_MIN_ROWS):

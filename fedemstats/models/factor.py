@@ -7,7 +7,8 @@ With ``z̃ = (z, 1)`` and, for the observed block ``o`` of a row,
 its conditional moments. Rows are grouped by missingness pattern: each pattern's
 ``G_o`` (k × k, the Woodbury form of Σ_oo⁻¹) and ``log det Σ_oo`` are computed once.
 Statistics (means over rows, on standardised data ``x̃ = (x − c) / σ``, SPEC §2):
-``E[x̃∘x̃]`` (d,), ``E[x̃ z̃ᵀ]`` (d, k+1), ``E[z̃ z̃ᵀ]`` (k+1, k+1).
+``E[x̃∘x̃]`` (d,), ``E[x̃ z̃ᵀ]`` (d, k+1), ``E[z̃ z̃ᵀ]`` (k+1, k+1) (symmetric: sent as its
+packed upper triangle, :mod:`fedemstats.layout`).
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from scipy import linalg
 
 from .._linalg import LOG_2PI, safe_cholesky, symmetrize
 from .._validation import check_int
-from ..layout import StatLayout
+from ..layout import SYMMETRIC, StatLayout, upper_indices
+from ._group_moments import moments_or_rows
+from ._moment_estep import factor_group_sums
 from ._patterns import missing_patterns, rows_per_chunk, segment_sums
 from ._summaries import check_shift_scale, nan_moments, standardising_shift_scale
 from .base import Model
@@ -115,7 +118,8 @@ def _row_stats(X, observed, pat, theta, blocks, shift):
     szz[:, :k, :k] = G + Ez[:, :, None] * Ez[:, None, :]
     szz[:, :k, k] = szz[:, k, :k] = Ez
     szz[:, k, k] = 1.0
-    return np.concatenate([sxx, sxz.reshape(c, -1), szz.reshape(c, -1), logp[:, None]], axis=1)
+    iu, ju = upper_indices(k + 1)
+    return np.concatenate([sxx, sxz.reshape(c, -1), szz[:, iu, ju], logp[:, None]], axis=1)
 
 
 def _chunked(X, theta, row_fn, width, seg=None):
@@ -207,16 +211,28 @@ class FactorAnalysisModel(Model):
         self.n_factors = check_int(n_factors, "n_factors")
         d, k = self.n_features, self.n_factors
         self.shift, self.scale = check_shift_scale(shift, scale, d)
-        self.layout = StatLayout([("sum_xx", (d,)), ("sum_xz", (d, k + 1)), ("sum_zz", (k + 1, k + 1))])
+        self.layout = StatLayout([("sum_xx", (d,)), ("sum_xz", (d, k + 1)), ("sum_zz", (k + 1, k + 1), SYMMETRIC)])
 
     #: public shift and scale from the round-1 moments of the observed values
     public_centring = staticmethod(standardising_shift_scale)
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
-        """:meth:`Model.client_stats`: statistics on ``(x − c) / σ``, log-likelihood in the original units."""
-        X, seg = federation.select(clients, batch, rng)
-        Xs = (X - self.shift) / self.scale
+        """:meth:`Model.client_stats`: statistics on ``(x − c) / σ``, log-likelihood in the original units.
+
+        From the moments of each (client, missingness pattern) group (a few products per
+        group, :mod:`._moment_estep`) when they pay off, else row by row.
+        """
         std = self._standardised(theta)
+        moments, rows = moments_or_rows(federation, self.shift, self.scale, clients, batch, rng)
+        if moments is not None:
+            sums, counts = factor_group_sums(moments, std, np.log(self.scale)), moments.n_rows
+        else:
+            sums, counts = self._row_sums(*rows, std), np.diff(rows[1])
+        sums /= counts[:, None]
+        return sums[:, :self.q], sums[:, self.q].copy()
+
+    def _row_sums(self, X, seg, std):
+        """Per-client sums of the statistics and log-likelihood, row by row (many patterns)."""
         log_scale = np.log(self.scale)
 
         def fn(Xa, obs, pat, blocks):
@@ -224,9 +240,7 @@ class FactorAnalysisModel(Model):
             rows[:, -1] -= obs @ log_scale  # Jacobian of the standardisation
             return rows
 
-        sums = _chunked(Xs, std, fn, self.q + 1, seg)
-        sums /= np.diff(seg)[:, None]
-        return sums[:, :self.q], sums[:, self.q].copy()
+        return _chunked((X - self.shift) / self.scale, std, fn, self.q + 1, seg)
 
     def _standardised(self, theta):
         """``theta`` in the units of ``(x − c) / σ`` (factor analysis is scale equivariant)."""

@@ -17,8 +17,10 @@ import numpy as np
 
 from .._linalg import safe_cholesky, symmetrize
 from .._validation import check_int, check_positive
-from ..layout import StatLayout
+from ..layout import SYMMETRIC, StatLayout
+from ._group_moments import moments_or_rows
 from ._mixture_missing import impute_mixture, mixture_log_likelihood, mixture_segment_sums
+from ._moment_estep import gaussian_group_sums
 from ._summaries import check_shift_scale, regularised_nan_moments, standardising_shift_scale
 from .base import Model
 from .gaussian_geometry import gaussian_geometry
@@ -75,7 +77,7 @@ class GaussianMissingModel(Model):
     Statistics on standardised data ``x̃ = (x − c) / σ`` (SPEC §2 numerical care; the
     scale keeps columns of very different units commensurate under one quantisation
     norm): ``sum_x`` = mean of ``E[x̃ | x_o]`` (d,), ``sum_xx`` = mean of
-    ``E[x̃ x̃ᵀ | x_o]`` (d, d). T-map: ``μ = c + σ∘S1``,
+    ``E[x̃ x̃ᵀ | x_o]`` (d, d), symmetric, sent as its packed upper triangle. T-map: ``μ = c + σ∘S1``,
     ``Σ = D(S2 − S1 S1ᵀ)D + reg_covar I`` with ``D = diag(σ)``, symmetrised; only if
     its Cholesky factorisation fails are its eigenvalues floored
     (:func:`fedemstats._linalg.safe_cholesky`). Any finite ``s`` maps to valid parameters.
@@ -88,18 +90,26 @@ class GaussianMissingModel(Model):
         self.reg_covar = check_positive(reg_covar, "reg_covar", strict=False)
         d = self.n_features
         self.shift, self.scale = check_shift_scale(shift, scale, d)
-        self.layout = StatLayout([("sum_x", (d,)), ("sum_xx", (d, d))])
+        self.layout = StatLayout([("sum_x", (d,)), ("sum_xx", (d, d), SYMMETRIC)])
 
     #: public shift and scale from the round-1 moments of the observed values
     public_centring = staticmethod(standardising_shift_scale)
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
-        """:meth:`Model.client_stats` (one pass over the clients' rows); log-likelihood in the original units."""
-        X, seg = federation.select(clients, batch, rng)
+        """:meth:`Model.client_stats` (one pass over the clients' rows); log-likelihood in the original units.
+
+        From the moments of each (client, missingness pattern) group when they pay off
+        (:mod:`._moment_estep`), else row by row (:func:`._mixture_missing.mixture_segment_sums`).
+        """
         sd = self.scale
-        sums = mixture_segment_sums((X - self.shift) / sd, seg, np.ones(1),
-                                    ((theta.mean - self.shift) / sd)[None],
-                                    (theta.covariance / np.outer(sd, sd))[None], np.zeros(self.n_features))
+        mean, cov = (theta.mean - self.shift) / sd, theta.covariance / np.outer(sd, sd)
+        moments, rows = moments_or_rows(federation, self.shift, sd, clients, batch, rng)
+        if moments is not None:
+            sums, counts = gaussian_group_sums(moments, mean, cov, np.log(sd)), moments.n_rows
+            return sums[:, :-1] / counts[:, None], sums[:, -1] / counts
+        X, seg = rows
+        sums = mixture_segment_sums((X - self.shift) / sd, seg, np.ones(1), mean[None], cov[None],
+                                    np.zeros(self.n_features))
         counts = np.diff(seg)[:, None]
         jacobian = np.add.reduceat(~np.isnan(X) @ np.log(sd), seg[:-1]) if X.shape[0] else 0.0
         # column 0 is the responsibility of the single component (always 1): not a statistic here

@@ -9,15 +9,14 @@ vector onto valid parameters. Parameter shapes follow scikit-learn.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads
 
 from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
-                       mirror_upper, safe_cholesky, symmetrize)
+                       safe_cholesky, symmetrize)
 from .._validation import check_array_2d, check_int, check_positive, check_rng
-from ..layout import StatLayout
+from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
-from ._summaries import global_moments
+from ._summaries import global_mean
 from .base import Model
 from .gmm_geometry import gmm_geometry
 from .gmm_init import init_params
@@ -25,9 +24,16 @@ from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covaria
                          make_params)
 
 __all__ = ["GMMParams", "make_params", "GaussianMixtureModel", "estimate_log_prob_resp",
-           "COVARIANCE_TYPES", "RESP_FLOOR"]
+           "COVARIANCE_TYPES", "RESP_FLOOR", "second_moment_block"]
 
 _CODES = {"full": _k.COV_FULL, "tied": _k.COV_TIED, "diag": _k.COV_DIAG, "spherical": _k.COV_SPHERICAL}
+
+
+def second_moment_block(covariance_type, K, d) -> tuple:
+    """The layout entry of the second moments: full and tied ones are symmetric
+    (stored as packed upper triangles, :mod:`fedemstats.layout`)."""
+    shape = covariance_shape(covariance_type, K, d)
+    return ("sum_xx", shape, SYMMETRIC) if covariance_type in ("full", "tied") else ("sum_xx", shape)
 
 
 def _kernel_arrays(theta: GMMParams, shift):
@@ -35,7 +41,11 @@ def _kernel_arrays(theta: GMMParams, shift):
     K, d = theta.means.shape
     pc, ctype = theta.precisions_cholesky, theta.covariance_type
     tri, diag = np.zeros((0, 0, 0)), np.zeros((0, 0))
-    if ctype == "full":
+    if ctype in ("full", "tied") and not np.any(pc[..., ~np.eye(d, dtype=bool)]):
+        # diagonal factors (e.g. the identity of the k-means labelling pass): the
+        # diagonal form gives the same numbers with d instead of d (d + 1) / 2 products
+        diag = np.ascontiguousarray(np.broadcast_to(np.diagonal(pc, axis1=-2, axis2=-1), (K, d)))
+    elif ctype == "full":
         tri = np.ascontiguousarray(pc)
     elif ctype == "tied":
         tri = np.ascontiguousarray(np.broadcast_to(pc, (K, d, d)))
@@ -92,8 +102,9 @@ class GaussianMixtureModel(Model):
     Attributes
     ----------
     layout : StatLayout
-        ``resp (K,)``, ``sum_x (K, d)``, ``sum_xx`` (full (K, d, d), tied (d, d),
-        diag (K, d), spherical (K,)), all per-row means on ``x - shift``.
+        ``resp (K,)``, ``sum_x (K, d)``, ``sum_xx`` (full (K, d, d), tied (d, d), both
+        symmetric and sent as packed upper triangles; diag (K, d), spherical (K,)), all
+        per-row means on ``x - shift``.
     """
 
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None):
@@ -105,8 +116,7 @@ class GaussianMixtureModel(Model):
         self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
         if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
             raise ValueError(f"shift must be a finite array of shape ({d},); got {self.shift.shape}.")
-        self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)),
-                                  ("sum_xx", covariance_shape(covariance_type, K, d))])
+        self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -143,14 +153,14 @@ class GaussianMixtureModel(Model):
             batch = check_int(batch, "batch")
         X, seg = federation.select(clients, batch, rng)
         means, tri, diag, const = _kernel_arrays(theta, self.shift)
-        kernel = _k.segment_sums if X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS else _k.segment_sums_serial
-        sums = kernel(X, seg, self.shift, means, tri, diag, const,
-                        _CODES[self.covariance_type], self.q, bool(hard), get_num_threads())
+        code = _CODES[self.covariance_type]
+        work = X.shape[0] * _k.row_flops(self.n_components, self.n_features, code)
+        # the same blocks either way (identical results); threads only pay off on enough work
+        parallel = work >= _k.PARALLEL_MIN_FLOPS and X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS
+        kernel = _k.segment_sums if parallel else _k.segment_sums_serial
+        sums = kernel(X, seg, self.shift, means, tri, diag, const, code, self.q, bool(hard))
         sums /= np.diff(seg)[:, None]
-        stats = sums[:, :self.q]
-        if self.covariance_type in ("full", "tied"):
-            mirror_upper(self.layout.unpack(stats)["sum_xx"])
-        return stats, sums[:, self.q].copy()
+        return sums[:, :self.q], sums[:, self.q].copy()
 
     # ------------------------------------------------------------------ T-map
     def t_map(self, s) -> GMMParams:
@@ -234,8 +244,8 @@ class GaussianMixtureModel(Model):
 
     @classmethod
     def public_centring(cls, federation) -> dict:
-        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_moments`)."""
-        return {"shift": global_moments(federation)[0]}
+        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_mean`)."""
+        return {"shift": global_mean(federation)}
 
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
         """Federated initialisation (see :func:`fedemstats.models.gmm_init.init_params`)."""

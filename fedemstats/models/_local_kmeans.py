@@ -1,0 +1,135 @@
+"""Every client's local k-means (k-means++ seeding, then Lloyd steps) in one compiled pass.
+
+Each client's computation reads only its own rows; clients run in parallel on
+numba's threads. The randomness of the seeding comes from one vectorised draw of
+uniforms (one row per client), used by inverse-CDF sampling: the first seed is row
+``floor(u n)``, the next ones follow the k-means++ distribution ``d² / Σ d²`` (uniform
+when all rows coincide with the seeds). A large client runs on an evenly spread
+random sample of its rows, so that the whole initialisation costs less than one E-step.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["local_kmeans_all"]
+
+
+@njit(cache=True)
+def _pick(d2, u, n):
+    """Index drawn with probabilities d2 / sum(d2) from the uniform u (uniform if d2 is all 0)."""
+    total = 0.0
+    for t in range(n):
+        total += d2[t]
+    if total <= 0.0:
+        return min(int(u * n), n - 1)
+    target, acc = u * total, 0.0
+    for t in range(n):
+        acc += d2[t]
+        if acc > target:
+            return t
+    return n - 1
+
+
+@njit(cache=True)
+def _seed(X, a, n, k, u, C, d2):
+    """k-means++ seeding of rows a:a+n into C[:k]."""
+    d = X.shape[1]
+    C[0, :] = X[a + min(int(u[0] * n), n - 1)]
+    for t in range(n):
+        d2[t] = np.inf
+    for j in range(k):
+        if j > 0:
+            C[j, :] = X[a + _pick(d2, u[j], n)]
+        for t in range(n):
+            s = 0.0
+            for i in range(d):
+                diff = X[a + t, i] - C[j, i]
+                s += diff * diff
+            d2[t] = min(d2[t], s)
+
+
+@njit(cache=True)
+def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
+    """Lloyd steps on rows a:a+n from the centres C[:k]; counts are those of the last assignment."""
+    d = X.shape[1]
+    for _ in range(n_iter):
+        for t in range(n):
+            best, arg = np.inf, 0
+            for j in range(k):
+                s = 0.0
+                for i in range(d):
+                    diff = X[a + t, i] - C[j, i]
+                    s += diff * diff
+                if s < best:
+                    best, arg = s, j
+            labels[t] = arg
+        counts[:k] = 0
+        sums[:k, :] = 0.0
+        for t in range(n):
+            counts[labels[t]] += 1
+            sums[labels[t], :] += X[a + t]
+        for j in range(k):
+            if counts[j] > 0:
+                C[j, :] = sums[j] / counts[j]
+
+
+@njit(cache=True)
+def _systematic_rows(X, a, n, m, u):
+    """Rows a + floor((j + u) n / m), j < m: an evenly spread random sample of m of the n rows."""
+    out = np.empty((m, X.shape[1]))
+    for j in range(m):
+        out[j, :] = X[a + min(int((j + u) * n / m), n - 1)]
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _all_clients(X, seg, ks, u, n_iter, max_rows, centres, counts):
+    K, d = centres.shape[1], X.shape[1]
+    for i in prange(seg.shape[0] - 1):
+        k = ks[i]
+        if k == 0:
+            continue
+        n = seg[i + 1] - seg[i]
+        Xi, a = X, seg[i]
+        if n > max_rows:
+            Xi, a, n = _systematic_rows(X, seg[i], n, max_rows, u[i, K]), 0, max_rows
+        _seed(Xi, a, n, k, u[i], centres[i], np.empty(n))
+        _lloyd(Xi, a, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64))
+
+
+def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
+    """Local k-means of every client on its own rows.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    seg : ndarray of int of shape (n_clients + 1,)
+        Client boundaries.
+    ks : ndarray of int of shape (n_clients,)
+        Clusters per client (0 = the client sends nothing), at most its rows.
+    rng : numpy.random.Generator
+        One draw of ``(n_clients, max(ks) + 1)`` uniforms.
+    n_iter : int
+        Lloyd steps.
+    max_rows : int
+        A client with more rows runs on an evenly spread random sample of ``max_rows``
+        of them (centroids of iid rows need no more; the cost stays below one E-step).
+
+    Returns
+    -------
+    centres : ndarray of shape (n_clients, max(ks), d)
+        Client ``i``'s centroids in rows ``:ks[i]``.
+    counts : ndarray of int of shape (n_clients, max(ks))
+        Rows (of the sample) assigned to each centroid by the last assignment step.
+    used : ndarray of int of shape (n_clients,)
+        Rows each client's k-means ran on, ``min(m_i, max_rows)``.
+    """
+    K = int(ks.max()) if ks.size else 0
+    u = rng.random((seg.size - 1, K + 1))
+    centres = np.zeros((seg.size - 1, K, X.shape[1]))
+    counts = np.zeros((seg.size - 1, K), dtype=np.int64)
+    if K:
+        _all_clients(np.ascontiguousarray(X, dtype=np.float64), np.asarray(seg, dtype=np.int64),
+                     np.asarray(ks, dtype=np.int64), u, int(n_iter), int(max_rows), centres, counts)
+    return centres, counts, np.minimum(np.diff(seg), max_rows)
