@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
-           "STOCHASTIC_TOL_FRACTION", "MINIBATCH_DECAY"]
+           "STOCHASTIC_TOL_FRACTION", "MINIBATCH_DECAY", "ROUNDOFF"]
 
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
@@ -50,6 +50,8 @@ CONVERGENCE_PATIENCE = 3
 #: ... and the longest: over W rounds the log-likelihood gain grows like W while the noise
 #: of the difference of two estimates does not, so a longer window resolves a smaller gain.
 CONVERGENCE_WINDOW = 20
+#: Relative round-off of a log-likelihood summed over clients: below it, a drop is no drop.
+ROUNDOFF = 1e-12
 #: A noisy run stops when the gain per unit step, plus two standard errors, is below this
 #: fraction of ``tol``: stricter than exact EM's |Δℓ| < tol because the noisy path reaches its
 #: plateaus differently; stopping a little later costs rounds, not accuracy (measured on
@@ -82,6 +84,9 @@ class ControllerState:
         γ·t of the step that led to the current iterate (0 after a rejection).
     previous : tuple or None
         (ℓ̂, var ℓ̂) of the previous round.
+    reverted : bool
+        Whether the current iterate is the accepted one a rejection returned to (its
+        log-likelihood is no step's outcome, so the watchdog has nothing to judge).
     trail : list of tuple
         (ℓ̂, var ℓ̂, move) of the last CONVERGENCE_WINDOW + 1 rounds, for the convergence test.
     """
@@ -95,6 +100,7 @@ class ControllerState:
     last_move: float = 0.0
     previous: tuple | None = None
     trail: list = field(default_factory=list)
+    reverted: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -167,10 +173,12 @@ class StepController:
     # ------------------------------------------------------------------ decisions
     def rejects(self, cs, loglik, variance, tol) -> bool:
         """Watchdog: did the last step lower the log-likelihood beyond its noise?"""
-        if not self.watchdog or cs.accepted is None:
+        if not self.watchdog or cs.accepted is None or cs.reverted:
             return False
         _, ll_ok, var_ok = cs.accepted
-        return loglik < ll_ok - DROP_SIGMAS * np.sqrt(variance + var_ok) - DROP_TOL_FRACTION * tol
+        # the round-off of a sum of n clients' log-likelihoods is a drop no step made
+        roundoff = ROUNDOFF * abs(ll_ok)
+        return loglik < ll_ok - DROP_SIGMAS * np.sqrt(variance + var_ok) - DROP_TOL_FRACTION * tol - roundoff
 
     def gamma(self, cs, k, noise, total, downlink_noise=None) -> float:
         """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap.
@@ -189,8 +197,11 @@ class StepController:
     def reject(self, cs):
         """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""
         cs.cap = max(0.5 * cs.cap, CAP_MIN)
+        cs.reverted = True
         cs.gamma_prev = min(cs.gamma_prev, cs.cap)
         cs.noise_avg = cs.total_avg = None
+        # a rejected round means the run is not steady: no window may straddle it
+        cs.trail = []
         cs.last_move = 0.0
         return cs.accepted[0].copy()
 
@@ -198,6 +209,7 @@ class StepController:
         """Remember an accepted iterate and the step taken from it (``gamma · fraction`` of H:
         0 when nothing moved, which the convergence test then does not count)."""
         cs.accepted = (s_hat.copy(), loglik, variance)
+        cs.reverted = False
         cs.gamma_prev = gamma
         cs.cap = min(1.0, AUTO_GROWTH * cs.cap)
         cs.last_move = gamma * fraction
@@ -211,8 +223,10 @@ class StepController:
         fake convergence), plus two of its standard errors (noise does not either), is below
         STOCHASTIC_TOL_FRACTION · ``tol``; and half the estimated squared mean field in the
         model's geometry, ½ (E‖P H‖² − Var P H), the gain an EM step would still make, is below it
-        too (a run stalled by noise gains nothing per step but is not at a fixed point). The gain
-        reported is the one-round gain per unit step.
+        too (a run stalled by noise gains nothing per step but is not at a fixed point); and so is
+        the log-likelihood the step's own jitter costs at stationarity, ½ γ / (2 − γ) Var P H (a
+        fixed step too large for the noise never gets within tol). The gain reported is the
+        one-round gain per unit step.
         """
         previous, cs.previous = cs.previous, (loglik, variance)
         cs.trail = (cs.trail + [(loglik, variance, move_before)])[-(CONVERGENCE_WINDOW + 1):]
@@ -224,8 +238,15 @@ class StepController:
         gain = change / move_before if move_before > 0.0 else np.nan
         # a stalled run (noise as large as the step's progress) gains nothing per step either;
         # it is told apart by its mean field, which is not small: ½‖P h‖² ≈ an EM step's gain
-        field = 0.5 * max(cs.total_avg - cs.noise_avg, 0.0) if cs.total_avg is not None else np.inf
-        return _window_converged(cs.trail, tol) and field < STOCHASTIC_TOL_FRACTION * tol, gain
+        if cs.total_avg is None:
+            return False, gain
+        field = 0.5 * max(cs.total_avg - cs.noise_avg, 0.0)
+        # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
+        # error has a variance ≈ γ / (2 − γ) · Var P H, which costs half that in log-likelihood;
+        # a step too large for the noise never gets within tol, so it must not say it did
+        jitter = 0.5 * cs.gamma_prev / (2.0 - cs.gamma_prev) * cs.noise_avg
+        bound = STOCHASTIC_TOL_FRACTION * tol
+        return _window_converged(cs.trail, tol) and field < bound and jitter < bound, gain
 
 
 def _window_converged(trail, tol) -> bool:
