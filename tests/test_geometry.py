@@ -173,7 +173,9 @@ def test_small_steps_are_accepted_whole(name):
     assert G.step_fraction(s_hat, np.zeros(model.q)) == 1.0
 
 
-@pytest.mark.parametrize("name", ["gmm-full", "gmm-tied", "gaussian-missing"])
+# Not "gaussian-missing": since its start shrinks the pairwise correlations to a positive-definite
+# matrix, the mean-field steps from it never leave the trust region, so there is no cut to test.
+@pytest.mark.parametrize("name", ["gmm-full", "gmm-tied"])
 def test_safeguarded_em_reaches_em_fixed_point(name):
     """s <- s + t h(s) with t = step_fraction (cut early on, 1 near the end) converges where EM does:
     the trust region keeps the fixed point."""

@@ -131,6 +131,7 @@ class StepController:
         self.schedule, self.stochastic = schedule, bool(stochastic)
         self.safeguard = bool(safeguard) and self.stochastic
         self.watchdog = self.safeguard and bool(watchdog)
+        self.full_batch = bool(watchdog)
         #: mini-batches (the watchdog is off for them): "auto" decays as k^(-MINIBATCH_DECAY)
         self.decay = MINIBATCH_DECAY if self.stochastic and not watchdog else 0.0
 
@@ -238,7 +239,9 @@ class StepController:
         gain = change / move_before if move_before > 0.0 else np.nan
         # a stalled run (noise as large as the step's progress) gains nothing per step either;
         # it is told apart by its mean field, which is not small: ½‖P h‖² ≈ an EM step's gain
-        if cs.total_avg is None:
+        if cs.total_avg is None or not self.full_batch:
+            # a mini-batch log-likelihood carries sampling noise no variance here accounts for:
+            # such runs go to max_iter (as online EM's fixed number of passes)
             return False, gain
         field = 0.5 * max(cs.total_avg - cs.noise_avg, 0.0)
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
