@@ -2,8 +2,8 @@
 
 ``make_case(name)`` gives a model of each family, a small federation (nearly collinear
 columns; NaN for the missing-value models), θ = T(Ŝ) and Ŝ the mean statistics after a
-few EM steps. :class:`PackedLayout` stores symmetric blocks as upper triangles, as the
-packed statistic layout will, so the geometries are tested on both layouts.
+few EM steps. The models store symmetric blocks as upper triangles; :func:`plain_model` gives the same model on
+full matrices, so the geometries are tested on both layouts.
 """
 from __future__ import annotations
 
@@ -118,61 +118,16 @@ def canonical(name, model, s_hat):
     return model.layout.pack({"resp": s0, "sum_x": np.zeros((len(s0), d)), "sum_xx": second})
 
 
-class PackedLayout(StatLayout):
-    """A layout that stores the named (..., d, d) blocks as upper triangles, as the packed
-    layout will: ``unpack`` returns full symmetric matrices, ``pack`` keeps the upper part."""
-
-    def __init__(self, blocks, packed):
-        super().__init__(blocks)
-        object.__setattr__(self, "packed", frozenset(packed))
-
-    def _stored(self, name, shape):
-        if name in self.packed:
-            return math.prod(shape[:-2]) * shape[-1] * (shape[-1] + 1) // 2
-        return math.prod(shape)
-
-    @property
-    def offsets(self):
-        sizes = [self._stored(n, s) for n, s in self.blocks]
-        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-    def unpack(self, s):
-        s = np.asarray(s)
-        lead, out = s.shape[:-1], {}
-        for n, shape in self.blocks:
-            flat = s[..., self.slice(n)]
-            if n in self.packed:
-                iu = np.triu_indices(shape[-1])
-                full = np.zeros(lead + shape)
-                full[..., iu[0], iu[1]] = flat.reshape(lead + shape[:-2] + (-1,))
-                full[..., iu[1], iu[0]] = flat.reshape(lead + shape[:-2] + (-1,))
-                out[n] = full
-            else:
-                out[n] = flat.reshape(lead + shape)
-        return out
-
-    def pack(self, parts):
-        first = np.asarray(parts[self.names[0]])
-        lead = first.shape[: first.ndim - len(self.blocks[0][1])]
-        out = np.empty(lead + (self.size,))
-        for n, shape in self.blocks:
-            block = np.asarray(parts[n], dtype=np.float64)
-            if n in self.packed:
-                iu = np.triu_indices(shape[-1])
-                block = block[..., iu[0], iu[1]]
-            out[..., self.slice(n)] = block.reshape(lead + (-1,))
-        return out
-
-
 PACKABLE = ["gmm-full", "gmm-tied", "gmm-missing-full", "gaussian-missing", "fa", "fa-missing"]
 
 
-def packed_model(model):
-    names = [n for n in model.layout.names if is_symmetric_block(model, n)]
-    packed = copy.copy(model)
-    packed.layout = PackedLayout(model.layout.blocks, names)
-    assert packed.layout.size < model.layout.size
-    return packed
+def plain_model(model):
+    """A copy of ``model`` whose layout stores its symmetric blocks as full matrices."""
+    assert model.layout.symmetric, "the model's layout has no packed block"
+    plain = copy.copy(model)
+    plain.layout = StatLayout(model.layout.blocks)
+    assert plain.layout.size > model.layout.size
+    return plain
 
 
 def expected_parts(name, model):

@@ -115,7 +115,7 @@ def test_same_random_state_same_history_and_parameters():
     assert not np.array_equal(a.means_, c.means_)
 
 
-def test_dithering_sends_ten_times_fewer_uplink_bits():
+def test_dithering_sends_far_fewer_uplink_bits():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 6)) + np.repeat(np.eye(6)[:3] * 6, 200, axis=0)
     groups = np.repeat(np.arange(12), 50)
@@ -128,7 +128,12 @@ def test_dithering_sends_ten_times_fewer_uplink_bits():
     # both include each client's 64-bit log-likelihood
     up_ident, up_dith = ident.history_["uplink_bits"][1:], dith.history_["uplink_bits"][1:]
     assert (up_ident == 12 * (64 * q + 64)).all()
-    assert up_ident.sum() >= 10 * up_dith.sum()
+    # against the full-matrix layout the first release sent (q = 129): ten times fewer; against
+    # the packed identity (a third cheaper itself) the per-block float32 norms of 7 small blocks
+    # weigh more, and the ratio is 8.7
+    q_full = 3 + 3 * 6 + 3 * 6 * 6
+    assert 12 * (64 * q_full + 64) * len(up_ident) >= 10 * up_dith.sum()
+    assert up_ident.sum() >= 8 * up_dith.sum()
 
 
 def test_list_of_clients_equals_groups_and_history_columns():

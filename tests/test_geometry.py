@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, packed_model, raw_min_eigenvalue, make_case,
+from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, plain_model, raw_min_eigenvalue, make_case,
                              shrink_step, symmetric_rows)
 
 from fedemstats.compression import RandomDithering
@@ -88,10 +88,11 @@ def test_blocks_follow_the_stored_layout(name):
 @pytest.mark.parametrize("name", PACKABLE)
 def test_geometry_works_on_packed_symmetric_blocks(name):
     model, _, theta, s_hat = make_case(name)
-    pmodel = packed_model(model)
+    # the models store symmetric blocks packed; the reference is the same model on full matrices
+    model, pmodel = plain_model(model), model
     lay, plain = pmodel.layout, model.layout
     to_packed = lambda v: lay.pack(plain.unpack(v))  # noqa: E731
-    s_packed = to_packed(s_hat)
+    s_packed, s_hat = s_hat, plain.pack(lay.unpack(s_hat))
     G, P = model.geometry(theta, s_hat), pmodel.geometry(theta, s_packed)
     assert P.blocks[-1] == lay.size                    # a d x d assumption would overrun
     assert np.array_equal(np.diff(P.blocks), _expected_sizes(lay, expected_parts(name, model)))
@@ -168,7 +169,9 @@ def test_small_steps_are_accepted_whole(name):
     model, fed, theta, s_hat = make_case(name, em_steps=60)
     G = model.geometry(theta, s_hat)
     assert G.step_fraction(s_hat, model.mean_field(fed, s_hat)) == 1.0   # an EM step near convergence
-    small = 1e-4 * np.abs(s_hat).max() * np.random.default_rng(0).standard_normal(model.q)
+    # small in the geometry's own units: a thousandth of a unit (whitened) step in every direction
+    z = np.random.default_rng(0).standard_normal((1, model.q))
+    small = G.inverse(1e-3 * z / np.linalg.norm(z))[0]
     assert G.step_fraction(s_hat, small) == 1.0
     assert G.step_fraction(s_hat, np.zeros(model.q)) == 1.0
 
