@@ -6,6 +6,7 @@ with a message that says what to do, instead of producing NaN downstream.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -17,7 +18,19 @@ __all__ = [
     "check_int",
     "client_round_rng",
     "check_missing_input",
+    "check_data_range",
+    "MAX_DATA_MAGNITUDE",
+    "MIN_DATA_SPREAD",
 ]
+
+#: Largest |x| the second-moment models accept: their statistics hold x² and the step-size
+#: controller squares statistic norms (x⁴), so 1e70 keeps x⁴ = 1e280 and its sums over
+#: up to 1e28 rows and coordinates below float64's largest value (1.8e308).
+MAX_DATA_MAGNITUDE = 1e70
+#: Smallest non-zero spread (max - min) of a column: by the same argument x⁴ stays above
+#: 1e-280, and variances and their inverses (precisions) stay normal float64 numbers
+#: (the smallest normal float64 is 2.2e-308).
+MIN_DATA_SPREAD = 1e-70
 
 
 def check_rng(random_state) -> np.random.Generator:
@@ -150,3 +163,43 @@ def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
                 "silently: drop them before fit, e.g. X[~np.isnan(X).all(axis=1)] "
                 "(transform imputes such rows with the fitted marginal means).")
     return observed
+
+
+def check_data_range(X, *, name: str = "X") -> None:
+    """Reject data whose second moments float64 cannot represent.
+
+    The estimators are equivariant to rescaling the data; this is the one place where the
+    data's magnitude matters: a variance of values of magnitude 1e300 overflows, one of a
+    spread of 1e-300 underflows to zero. Constant columns (spread exactly 0) are accepted.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Finite where not NaN.
+    name : str
+        The argument named in the error.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``, the magnitude found and the float64 limit it breaks.
+    """
+    if X.size == 0 or np.isnan(X).all():
+        return
+    magnitude = float(np.nanmax(np.abs(X)))
+    if magnitude > MAX_DATA_MAGNITUDE:
+        raise ValueError(
+            f"{name} holds values of magnitude {magnitude:.3g}, above {MAX_DATA_MAGNITUDE:.0e}: their squares "
+            "and sums of squares are too large for float64 (largest 1.8e308), so the variances cannot be "
+            f"represented. Rescale {name} (results are equivariant to rescaling), e.g. divide it by {magnitude:.0e}.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is reported by its own check
+        spread = np.nanmax(X, axis=0) - np.nanmin(X, axis=0)
+    tiny = np.flatnonzero((spread > 0) & (spread < MIN_DATA_SPREAD))
+    if tiny.size:
+        smallest = float(spread[tiny].min())
+        raise ValueError(
+            f"column(s) {tiny[:10].tolist()} of {name} vary by at most {smallest:.3g}, below "
+            f"{MIN_DATA_SPREAD:.0e}: their variances are too small for float64 (smallest normal 2.2e-308) "
+            f"and cannot be represented. Rescale {name} (results are equivariant to rescaling), e.g. multiply "
+            f"it by {1.0 / smallest:.0e}.")

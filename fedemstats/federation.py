@@ -6,6 +6,8 @@ model for per-client *statistics* computed on it.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ._validation import check_array_2d, check_positive, check_rng
@@ -96,7 +98,7 @@ class Federation:
             The label of each client.
         """
         X = check_array_2d(X, allow_nan=allow_nan)
-        groups = np.asarray(groups)
+        groups = _check_group_labels(groups)
         if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
             raise ValueError(
                 f"groups must be 1-D with one label per row of X ({X.shape[0]}); got shape {groups.shape}."
@@ -272,3 +274,51 @@ def _fill_small_clients(groups, n_clients, min_rows, rng):
             counts[donor] -= 1
             counts[client] += 1
     return groups
+
+
+def _label_kind(value) -> str:
+    """``"missing"`` (None, NaN), ``"text"`` (str, bytes), ``"number"`` or the type's name."""
+    if value is None or (isinstance(value, (float, np.floating)) and value != value):
+        return "missing"
+    if isinstance(value, (str, bytes, np.str_, np.bytes_)):
+        return "text"
+    if isinstance(value, (numbers.Real, np.number)):
+        return "number"
+    return type(value).__name__
+
+
+def _check_group_labels(groups) -> np.ndarray:
+    """``groups`` as an array of labels of one kind (all text or all numbers), none missing.
+
+    Labels are sorted to order the clients; a missing label or a mix of kinds would
+    otherwise surface as numpy's sorting error (or, for a list, silently turn 1 and "1"
+    into one client).
+
+    Raises
+    ------
+    ValueError
+        A label is None or NaN.
+    TypeError
+        Labels of different kinds, e.g. strings and integers.
+    """
+    arr = groups if isinstance(groups, np.ndarray) and groups.dtype != object else None
+    if arr is None:
+        obj = np.empty(len(groups), dtype=object) if np.ndim(groups) == 1 else np.asarray(groups, dtype=object)
+        if obj.ndim == 1:
+            obj[:] = list(groups)
+            kinds = {}
+            for i, value in enumerate(obj):
+                kinds.setdefault(_label_kind(value), i)
+            if "missing" in kinds:
+                raise ValueError(f"groups holds a missing client label (None or NaN) at row {kinds['missing']}; "
+                                 "give every row a client label.")
+            if len(kinds) > 1:
+                raise TypeError(f"groups mixes client labels of different kinds ({', '.join(sorted(kinds))}); "
+                                "use labels of one kind, e.g. all strings or all integers.")
+            arr = np.array(obj.tolist()) if obj.size else np.zeros(0)
+        else:
+            arr = obj
+    elif arr.dtype.kind == "f" and np.isnan(arr).any():
+        raise ValueError(f"groups holds a missing client label (NaN) at row {int(np.flatnonzero(np.isnan(arr))[0])}; "
+                         "give every row a client label.")
+    return arr

@@ -2,8 +2,8 @@
 
 The command line already turns them into one error line naming the file (see
 test_cli_properties); what remains needs a fix inside the estimators, owned by
-another part of issue 13. The tests are ``xfail(strict=True)``: once the
-estimators are fixed they pass, the strict marker fails, and it must be removed.
+another part of issue 13: the estimators refuse data whose second moments float64
+cannot represent (:func:`fedemstats._validation.check_data_range`) in terms of the data.
 """
 import re
 import warnings
@@ -16,8 +16,6 @@ from fedemstats.cli import main
 
 #: an acceptable refusal speaks of the data's magnitude, never of the step size
 DATA_SCALE_MESSAGE = re.compile(r"float64|magnitude|too large|too small|representable", re.IGNORECASE)
-SCALE_REASON = ("issue 13 class 1 (estimators): results must be equivariant to rescaling the data; "
-                "where float64 cannot represent the problem the error must say so, not 'lower the step size'")
 
 
 def test_fit_gmm_on_data_scaled_by_1e16_succeeds(tmp_path, capsys):
@@ -27,16 +25,13 @@ def test_fit_gmm_on_data_scaled_by_1e16_succeeds(tmp_path, capsys):
     assert main(argv) == 0, capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason=SCALE_REASON + " -- messages today: 'Probabilities contain NaN' (fit gmm), "
-                   "'scale must be a finite positive array' (impute gaussian), "
-                   "'array must not contain infs or NaNs' (impute gmm)")
 @pytest.mark.parametrize("command, model", [("fit", "gmm"), ("impute", "gaussian"), ("impute", "gmm")])
 def test_data_scaled_by_1e300_fits_or_says_the_data_is_out_of_range(command, model, tmp_path, capsys):
     data = _scaled_sample(tmp_path, 1e300, missing=command == "impute")
     argv = [command, model, str(data), "--client-column", "site", "--n-components", "3", "--rounds", "5",
             "--out", str(tmp_path / "out")]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # overflow warnings of the current code
+        warnings.simplefilter("error", RuntimeWarning)  # no overflow may happen on the way to the refusal
         code = main(argv)
     if code != 0:
         line = assert_one_error(capsys.readouterr().err, str(data))

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import validate_data
 
-from .._validation import check_rng
+from .._validation import check_data_range, check_rng
 from ..algorithms.base import V_INIT_CHOICES
 from ..algorithms.step_size import STEP_RULES
 from ..algorithms.online import DEFAULT_ONLINE_POWER, ONLINE_POWER_RANGE
@@ -98,6 +98,7 @@ class FederatedEMMixin:
         ensure = "allow-nan" if self._allow_nan else True
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=ensure,
                           ensure_min_samples=min_rows)
+        check_data_range(X)
         if groups is None:
             n_clients = min(self.n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
             # a fresh stream from random_state: refits with an int seed split the rows alike

@@ -28,7 +28,8 @@ from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 __all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "nan_mean",
            "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
-           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "check_shift_scale", "standardising_shift_scale",
+           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
+           "standardising_shift_scale",
            "local_kmeans", "init_kmeans_summaries", "filled_kmeans_summaries"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
@@ -263,16 +264,50 @@ def check_shift_scale(shift, scale, d):
     return shift, scale
 
 
-def public_scale(cov):
-    """Standard deviations from a (pairwise) covariance, with zero variances set to 1."""
+def public_scale(cov, mean=None):
+    """Standard deviations from a (pairwise) covariance; constant columns get the data's scale.
+
+    A column whose standard deviation is at most :data:`CONSTANT_REL_SD` times its mean's
+    magnitude is constant up to the round-off of the mean (which spreads a constant column
+    by about ``n eps |mean|``). Its scale is the median scale of the other columns (the
+    whole data's magnitude when every column is constant, 1 if that is zero): a scale that
+    moves with the data keeps the models' relative variance floors equivariant to
+    rescaling, where a fixed 1 would make them absolute.
+
+    Parameters
+    ----------
+    cov : ndarray of shape (d, d)
+    mean : ndarray of shape (d,), optional
+        The columns' means (default zeros: only exact zero variances are constant).
+
+    Returns
+    -------
+    ndarray of shape (d,)
+        Positive.
+    """
     sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    return np.where(sd > 0, sd, 1.0)
+    mean = np.zeros_like(sd) if mean is None else np.asarray(mean, dtype=np.float64)
+    constant = sd <= CONSTANT_REL_SD * np.abs(mean)
+    if not constant.any():
+        return sd
+    if (~constant).any():
+        fill = float(np.median(sd[~constant]))
+    else:
+        fill = float(np.max(np.abs(mean))) or 1.0
+    return np.where(constant, fill, sd)
+
+
+#: Relative standard deviation (to the column's mean) below which a column is constant
+#: up to round-off (see :func:`public_scale`): about 4500 eps, above the rounding of a
+#: pairwise-summed mean; genuine data that varies less than this relative to its offset
+#: has lost all but 12 of its digits to the offset anyway.
+CONSTANT_REL_SD = 1e-12
 
 
 def standardising_shift_scale(federation) -> dict:
     """``{"shift": mean, "scale": sd}`` from :func:`nan_moments` (round 1, public afterwards)."""
     mean, cov = nan_moments(federation)
-    return {"shift": mean, "scale": public_scale(cov)}
+    return {"shift": mean, "scale": public_scale(cov, mean)}
 
 
 # ---------------------------------------------------------------------- k-means summaries

@@ -30,12 +30,12 @@ from .factor_geometry import factor_geometry
 __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
            "factor_transform", "init_factor", "NOISE_REL_FLOOR"]
 
-#: Noise variances are floored at NOISE_REL_FLOOR times the coordinate's second moment
-#: (scikit-learn floors at an absolute 1e-12 on unscaled data; a relative floor keeps the
-#: same protection against Heywood cases whatever the units).
+#: Noise variances are floored at NOISE_REL_FLOOR times the square of the coordinate's
+#: public scale (its standard deviation; the data's scale for a constant column):
+#: scikit-learn floors at an absolute 1e-12 on unscaled data, a relative floor keeps the
+#: same protection against Heywood cases (Ψ_j → 0) whatever the units, so results are
+#: equivariant to rescaling; 1/Ψ_j in standardised units stays below 1e12.
 NOISE_REL_FLOOR = 1e-12
-#: Absolute floor used when the second moment itself is (numerically) zero.
-NOISE_ABS_FLOOR = 1e-300
 #: Floor on the initial loading scale (λ - 1 in units of Ψ): a zero loading column is a
 #: fixed point of EM, so the initial loadings must not vanish.
 INIT_LOADING_FLOOR = 1e-2
@@ -150,7 +150,7 @@ def factor_transform(X, theta):
     return _all_rows(X, theta)[0]
 
 
-def init_factor(federation, n_factors, noise_variance_init=None):
+def init_factor(federation, n_factors, noise_variance_init=None, scale=None):
     """Initial :class:`FactorParams` from global pairwise moments (the clients' sums only,
     see :func:`._summaries.nan_moments`).
 
@@ -164,6 +164,9 @@ def init_factor(federation, n_factors, noise_variance_init=None):
         NaN where missing.
     n_factors : int
     noise_variance_init : ndarray of shape (d,), optional
+    scale : ndarray of shape (d,), optional
+        Public scales ``σ``: ``Ψ₀`` is floored at ``NOISE_REL_FLOOR σ²`` (default the
+        largest variance as every ``σ``).
 
     Returns
     -------
@@ -171,8 +174,9 @@ def init_factor(federation, n_factors, noise_variance_init=None):
     """
     mean, cov = nan_moments(federation)
     var = np.diag(cov).copy()
+    unit = np.full_like(var, max(var.max(), 0.0) or 1.0) if scale is None else np.asarray(scale) ** 2
     psi = np.asarray(noise_variance_init, dtype=np.float64) if noise_variance_init is not None \
-        else np.maximum(var, NOISE_REL_FLOOR * max(var.max(), NOISE_ABS_FLOOR))
+        else np.maximum(var, NOISE_REL_FLOOR * unit)
     scale = np.sqrt(psi)
     ell, V = np.linalg.eigh(cov / np.outer(scale, scale))
     ell, V = ell[::-1][:n_factors], V[:, ::-1][:, :n_factors]
@@ -201,7 +205,8 @@ class FactorAnalysisModel(Model):
     T-map: ``Λ̃ = S_xz̃ S_z̃z̃⁻¹ = [Λ, μ − c]``, ``Ψ = diag(S_xx − Λ̃ S_xz̃ᵀ)``. Projection for
     noisy ``s``: ``S_z̃z̃`` is symmetrised and, only if its Cholesky factorisation fails,
     eigenvalue-floored (:func:`fedemstats._linalg.safe_cholesky`); each ``Ψ_j`` is
-    floored at ``max(NOISE_REL_FLOOR |S_xx,j|, NOISE_ABS_FLOOR)``.
+    floored at ``NOISE_REL_FLOOR max(|S_xx,j|, 1)`` in standardised units (relative to
+    the column's scale, see :data:`NOISE_REL_FLOOR`).
     """
 
     allow_nan = True
@@ -254,7 +259,7 @@ class FactorAnalysisModel(Model):
         lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T
         sxx = parts["sum_xx"]
         psi = sxx - np.sum(lam * parts["sum_xz"], axis=1)
-        psi = np.maximum(psi, np.maximum(NOISE_REL_FLOOR * np.abs(sxx), NOISE_ABS_FLOOR))
+        psi = np.maximum(psi, NOISE_REL_FLOOR * np.maximum(np.abs(sxx), 1.0))
         k, sd = self.n_factors, self.scale
         return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
 
@@ -283,4 +288,4 @@ class FactorAnalysisModel(Model):
 
     def init_theta(self, federation, rng=None, noise_variance_init=None) -> FactorParams:
         """Initial parameters from global moments; see :func:`init_factor`."""
-        return init_factor(federation, self.n_factors, noise_variance_init)
+        return init_factor(federation, self.n_factors, noise_variance_init, self.scale)

@@ -71,7 +71,12 @@ def init_params(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_M
     if check_init_method(method) == "random":
         return init_random_from_moments(*global_moments(federation), model, rng)
     means = init_kmeans_summaries(federation, K, rng, min_rows=min_rows)
-    eye = shared_covariances(np.eye(d), ctype, K)
+    # Nearest-mean labels do not depend on the common variance, but in floating point the
+    # squared distances must not vanish next to the log-weight constant: at data scale 1e-8,
+    # unit variances would make every row a tie. The data's own mean variance keeps the
+    # labels equivariant to rescaling.
+    unit = float(np.mean(np.diag(global_moments(federation)[1]))) or 1.0
+    eye = shared_covariances(unit * np.eye(d), ctype, K)
     labels_theta = make_params(np.full(K, 1.0 / K), means, eye, covariance_type=ctype)
     stats, _ = model.client_stats(federation, labels_theta, hard=True)
     return model.t_map(federation.weights @ stats)
