@@ -9,6 +9,8 @@ direction, step rule, safeguard), so a Flower run takes the steps an in-process 
 A sampled node that fails or does not answer within the round timeout simply does
 not participate in that round (see ``docs/flower.md`` for what this does to the
 round's unbiasedness); its memory V_i is left unchanged, so V = Σ w_i V_i holds.
+Every reply is checked first (:mod:`.validation`); a refused one, or one above the optional
+contribution bound, is handled exactly like a failed node's.
 """
 from __future__ import annotations
 
