@@ -17,6 +17,7 @@ __all__ = [
     "FullParticipation",
     "BernoulliParticipation",
     "FixedSizeParticipation",
+    "WithAbsences",
     "make_participation",
 ]
 
@@ -112,6 +113,36 @@ class FixedSizeParticipation(Participation):
         pi = self.inclusion(n_clients)
         active = np.sort(rng.choice(n_clients, size=self.k, replace=False)).astype(np.int64)
         return active, pi[active]
+
+
+class WithAbsences(Participation):
+    """A sampler whose sampled clients may fail to answer in given rounds.
+
+    The active set is the base sampler's draw (the same generator calls) minus the
+    clients absent in that round, each survivor keeping its design inclusion probability:
+    what a server does with a client that was sampled but did not answer (or whose reply
+    it refused). Used to build the in-process run a faulty federated run must match.
+
+    Parameters
+    ----------
+    base : Participation
+    absent : dict of int -> iterable of int
+        Round index k (the round from Ŝ_k to Ŝ_{k+1}; the first round is 0) -> clients
+        that do not answer in it.
+    """
+
+    def __init__(self, base, absent):
+        self.base = make_participation(base)
+        self.absent = {int(k): frozenset(int(c) for c in clients) for k, clients in dict(absent).items()}
+
+    def inclusion(self, n_clients):
+        # the design's probabilities: failures are not part of the design
+        return self.base.inclusion(n_clients)
+
+    def sample(self, round_, n_clients, rng):
+        active, pi = self.base.sample(round_, n_clients, rng)
+        keep = ~np.isin(active, list(self.absent.get(int(round_), ())))
+        return active[keep], pi[keep]
 
 
 def make_participation(spec) -> Participation:

@@ -19,6 +19,9 @@ __all__ = ["Message", "Compressor", "Identity", "uniform_rows", "seed_rows", "ro
 
 #: a ClientStreams word is a full uint64: seeds below 2**64 need no reduction
 _WORD_HIGH = 2 ** 64
+#: seed of the template message :meth:`Compressor.validate` compares with (a zero row: its
+#: shapes and meta do not depend on the draws)
+_TEMPLATE_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,51 @@ class Compressor:
         omega = float(self.omega(message.q, None if blocks is None else np.asarray(blocks, dtype=np.int64)))
         return total / (1.0 + omega), total * omega / (1.0 + omega)
 
+    def validate(self, message: Message, q: int, blocks=None) -> None:
+        """Check that ``message`` is one row this compressor could have sent for length ``q``.
+
+        For a receiver that does not trust the sender (e.g. a Flower server): the codec,
+        shape, meta (levels, norm, block boundaries from the *receiver's* ``blocks``),
+        array names, dtypes and shapes must be those of an honest message; floats must be
+        finite; the compressor's own range checks (:meth:`_check_payload`: norms, levels)
+        must pass; and the decoded row must be finite.
+
+        Raises
+        ------
+        ValueError
+            Naming the first thing that is wrong.
+        """
+        # what an honest sender produces in this round: same compressor, same q and blocks
+        template = self.compress(np.zeros((1, int(q))), np.random.default_rng(_TEMPLATE_SEED), blocks)
+        if (message.codec, message.n_rows, message.q) != (template.codec, 1, template.q):
+            raise ValueError(f"expected one {template.codec!r} row of length {template.q}; got "
+                             f"{message.n_rows} {message.codec!r} row(s) of length {message.q}.")
+        if _plain_meta(message.meta) != _plain_meta(template.meta):
+            raise ValueError(f"message meta {message.meta!r} differs from this round's {template.meta!r}.")
+        if set(message.arrays) != set(template.arrays):
+            raise ValueError(f"message arrays {sorted(message.arrays)} differ from {sorted(template.arrays)}.")
+        variable = self._variable_width(template)
+        for name, ref in template.arrays.items():
+            arr = message.arrays[name]
+            if not isinstance(arr, np.ndarray) or arr.dtype != ref.dtype:
+                raise ValueError(f"array {name!r} has dtype {getattr(arr, 'dtype', type(arr))}, expected {ref.dtype}.")
+            shape_ok = arr.shape == ref.shape or (name in variable and arr.shape[:1] == ref.shape[:1]
+                                                  and arr.ndim == ref.ndim)
+            if not shape_ok:
+                raise ValueError(f"array {name!r} has shape {arr.shape}, expected {ref.shape}.")
+            if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+                raise ValueError(f"array {name!r} holds NaN or inf.")
+        self._check_payload(message)
+        if not np.all(np.isfinite(self.decompress(message))):
+            raise ValueError("the message decodes to NaN or inf.")
+
+    def _variable_width(self, template) -> tuple:
+        """Names of arrays whose second axis depends on the content (variable-length codes)."""
+        return ()
+
+    def _check_payload(self, message) -> None:
+        """Compressor-specific range checks of a well-shaped message (ValueError if out of range)."""
+
     def bits(self, message: Message) -> int:
         """Exact encoded size in bits of the whole message (sum over rows)."""
         return int(np.sum(self.row_bits(message)))
@@ -191,6 +239,12 @@ def row_sq_norms(rows) -> np.ndarray:
     """Squared 2-norm of each row of a 2-D array, float64 (n_rows,)."""
     rows = np.asarray(rows, dtype=np.float64)
     return np.einsum("ij,ij->i", rows, rows)
+
+
+def _plain_meta(meta) -> dict:
+    """Meta with sequences as tuples of Python scalars (a record may turn tuples into lists)."""
+    return {k: tuple(v.tolist() if isinstance(v, np.ndarray) else v) if isinstance(v, (tuple, list, np.ndarray))
+            else v for k, v in meta.items()}
 
 
 def _as_rows(x) -> np.ndarray:

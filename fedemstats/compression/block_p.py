@@ -161,6 +161,12 @@ class BlockP(Compressor):
             return norm2_estimate(decoded, norms)
         return max_norm_estimate(decoded, symbols, norms, bl)
 
+    def _check_payload(self, message) -> None:
+        """Norms non-negative and every byte a valid base-3 code of q symbols."""
+        if np.any(message.arrays["norms"] < 0):
+            raise ValueError("a block-p norm is negative.")
+        self._symbols(message.arrays["codes"], message.q)
+
     def omega(self, q, blocks=None) -> float:
         """1/alpha_p(d_max) - 1: sqrt(d) - 1 for p = 2, (sqrt(d) - 1)/2 for p = inf."""
         d = float(np.max(np.diff(check_blocks(blocks, int(q)))))

@@ -27,6 +27,9 @@ __all__ = ["RandomDithering"]
 #: largest number of levels: keeps a fixed code (and |level| + 1 in Elias-gamma) within MAX_CODE_WIDTH bits
 MAX_LEVELS = 2 ** (MAX_CODE_WIDTH - 2)
 _CODINGS = ("fixed", "elias")
+#: zero bytes appended before decoding an untrusted Elias code: more than one longest
+#: level code (2 MAX_CODE_WIDTH bits), so a truncated code fails inside the padding
+_ELIAS_PAD_BYTES = 2 * MAX_CODE_WIDTH // 8 + 1
 #: Default largest block under one norm (see ``block_size``).
 DEFAULT_BLOCK_SIZE = 64
 
@@ -184,6 +187,27 @@ class RandomDithering(Compressor):
         self._check_codec(message)
         bl = np.asarray(message.meta["blocks"], dtype=np.int64)
         return expand_scale(self._levels(message), message.arrays["norms"], bl, 1.0 / message.meta["s"])
+
+    def _variable_width(self, template) -> tuple:
+        # an Elias code's length depends on the levels it codes
+        return ("codes",) if template.meta["elias"] else ()
+
+    def _check_payload(self, message) -> None:
+        """Norms non-negative, levels within [-s, s], an Elias code as long as it says."""
+        if np.any(message.arrays["norms"] < 0):
+            raise ValueError("a dithering norm is negative.")
+        s, codes = int(message.meta["s"]), message.arrays["codes"]
+        if message.meta["elias"]:
+            # zero padding makes a truncated code fail inside the padding instead of
+            # reading past the array (a run of zeros longer than any level is invalid)
+            padded = np.concatenate([codes, np.zeros((codes.shape[0], _ELIAS_PAD_BYTES), np.uint8)], axis=1)
+            levels, nbits = unpack_elias(padded, message.q)
+            if np.any(nbits != message.arrays["code_bits"]) or np.any(-(-nbits // 8) != codes.shape[1]):
+                raise ValueError("the Elias code's length does not match its bytes and code_bits.")
+        else:
+            levels = unpack_fixed(codes, message.q, self._width(s)) - s
+        if levels.size and np.abs(levels).max() > s:
+            raise ValueError(f"a dithering level is outside [-{s}, {s}].")
 
     def omega(self, q, blocks=None) -> float:
         """min(d/(4 s^2), sqrt(d)/s) with d = q, or the largest block size if per_block."""

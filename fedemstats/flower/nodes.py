@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Message, RecordDict
 
+from ..federation import MIN_CLIENT_ROWS
 from ..models._summaries import combine_moments
 from . import protocol as P
-from .records import from_array_record
+from .validation import InvalidReply, check_description
 
 __all__ = ["NodeRegistry", "Description", "describe_nodes", "wait_for_nodes", "pooled_moments", "POLL_SECONDS"]
 
@@ -55,7 +56,8 @@ def describe_nodes(grid, node_ids, timeout: float) -> list:
     Returns
     -------
     list of Description
-        One per node that answered without error (others are logged and skipped).
+        One per node that answered without error with a valid description
+        (:func:`.validation.check_description`; others are logged and skipped).
     """
     messages = [Message(RecordDict(), dst_node_id=int(n), message_type=P.DESCRIBE) for n in node_ids]
     out = []
@@ -64,10 +66,12 @@ def describe_nodes(grid, node_ids, timeout: float) -> list:
             logger.warning("node %d could not describe itself: %s", reply.metadata.src_node_id,
                            reply.error.reason)
             continue
-        metrics = reply.content[P.METRICS]
-        arrays = from_array_record(reply.content[P.ARRAYS])
-        out.append(Description(int(reply.metadata.src_node_id), int(metrics[P.PARTITION_ID]),
-                               int(metrics["n-rows"]), arrays["mean"], arrays["scatter"]))
+        try:
+            pid, rows, mean, scatter = check_description(reply.content, MIN_CLIENT_ROWS)
+        except InvalidReply as exc:
+            logger.warning("node %d's description refused: %s", reply.metadata.src_node_id, exc)
+            continue
+        out.append(Description(int(reply.metadata.src_node_id), pid, rows, mean, scatter))
     return out
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..federation import Federation
+from ..participation import WithAbsences, make_participation
 
 __all__ = ["reference_run", "max_abs_difference"]
 
 
-def reference_run(partitions, problem, settings):
+def reference_run(partitions, problem, settings, absent=None):
     """In-process FedEM equivalent of a Flower run.
 
     Parameters
@@ -24,6 +25,10 @@ def reference_run(partitions, problem, settings):
         Client data in partition-id order.
     problem : GMMProblem
     settings : FedEMSettings
+    absent : dict of int -> iterable of int, optional
+        Flower round r (1, 2, ...) -> clients (indices into ``partitions``) that were
+        sampled but did not count in it (failed, timed out or refused replies): the
+        engine's round r − 1 then runs without them (:class:`~fedemstats.participation.WithAbsences`).
 
     Returns
     -------
@@ -33,7 +38,12 @@ def reference_run(partitions, problem, settings):
     model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
     theta0 = model.init_theta(fed, rng=rng, method=problem.init)
-    return settings.algorithm(model).run(fed, theta0, settings.n_rounds, random_state=rng)
+    participation = None
+    if absent:
+        # Flower's round r is the engine's round r - 1 (Ŝ_{r-1} -> Ŝ_r)
+        participation = WithAbsences(make_participation(settings.participation),
+                                     {int(r) - 1: clients for r, clients in absent.items()})
+    return settings.algorithm(model, participation).run(fed, theta0, settings.n_rounds, random_state=rng)
 
 
 def max_abs_difference(result: dict, reference) -> dict:

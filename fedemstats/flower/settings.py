@@ -17,7 +17,7 @@ RUN_CONFIG_KEYS = {
     "step-size": "step_size", "alpha": "alpha", "v-init": "v_init", "seed": "seed",
     "round-timeout": "round_timeout", "min-nodes": "min_nodes", "node-wait": "node_wait",
     "output": "output", "precondition": "precondition", "safeguard": "safeguard",
-    "downlink-compressor": "downlink_compressor",
+    "downlink-compressor": "downlink_compressor", "contribution-bound": "contribution_bound",
 }
 #: the named step-size rules (FedEM's ``step_size``)
 STEP_RULES = ("auto", "theory")
@@ -61,6 +61,12 @@ class FedEMSettings:
         (the uplink's compressor), ``"identity"`` (float64) or a spec.
     output : str
         If not empty, path of a JSON file with the result, rewritten after every round.
+    contribution_bound : float
+        0 (default): off. c > 0: a round reply whose decoded message norm (in the
+        compression coordinates) exceeds c times the median norm of the round's valid
+        replies is dropped, as a failed node's (a defence against a poisoning node; it
+        biases the round if it drops an honest reply, see ``docs/flower.md``). Judges
+        only rounds with at least 3 valid replies; must be >= 1 when on.
     """
 
     n_rounds: int = 5
@@ -77,6 +83,7 @@ class FedEMSettings:
     precondition: bool = True
     safeguard: bool = True
     downlink_compressor: str = "auto"
+    contribution_bound: float = 0.0
 
     def __post_init__(self):
         check_int(self.n_rounds, "n_rounds", minimum=0)
@@ -98,6 +105,11 @@ class FedEMSettings:
         check_positive(self.node_wait, "node_wait")
         if self.downlink_compressor != "auto":
             make_compressor(self.downlink_compressor)
+        if isinstance(self.contribution_bound, bool) or not isinstance(self.contribution_bound, numbers.Real) \
+                or not (self.contribution_bound == 0.0 or 1.0 <= self.contribution_bound < float("inf")):
+            # below 1, the median reply itself would be dropped
+            raise ValueError(f"contribution_bound must be 0 (off) or a finite number >= 1; "
+                             f"got {self.contribution_bound!r}.")
         for name in ("precondition", "safeguard"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}.")
@@ -113,15 +125,19 @@ class FedEMSettings:
                 updates[field_name] = run_config[key]
         if updates.get("alpha") == ALPHA_DEFAULT:
             updates["alpha"] = None
-        for name in ("round_timeout", "node_wait"):
+        for name in ("round_timeout", "node_wait", "contribution_bound"):
             if name in updates:
                 updates[name] = float(updates[name])
         return replace(base, **updates)
 
-    def algorithm(self, model) -> FedEM:
+    def algorithm(self, model, participation=None) -> FedEM:
         """The in-process FedEM these settings describe (its round 0, α and step sizes
-        are the ones the Flower strategy applies)."""
-        return FedEM(model, compressor=self.compressor, participation=self.participation,
+        are the ones the Flower strategy applies).
+
+        ``participation`` replaces the settings' sampler (a reference run with clients
+        absent in given rounds: :class:`fedemstats.participation.WithAbsences`)."""
+        participation = self.participation if participation is None else participation
+        return FedEM(model, compressor=self.compressor, participation=participation,
                      step_size=self.step_size, alpha=self.alpha, v_init=self.v_init,
                      precondition=self.precondition, safeguard=self.safeguard,
                      downlink_compressor=self.downlink_compressor)

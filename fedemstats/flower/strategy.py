@@ -9,6 +9,8 @@ direction, step rule, safeguard), so a Flower run takes the steps an in-process 
 A sampled node that fails or does not answer within the round timeout simply does
 not participate in that round (see ``docs/flower.md`` for what this does to the
 round's unbiasedness); its memory V_i is left unchanged, so V = Σ w_i V_i holds.
+Every reply is checked first (:mod:`.validation`); a refused one, or one above the optional
+contribution bound, is handled exactly like a failed node's.
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from ..ledger import FLOAT64_BITS
 from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
-from .records import compressed_from_records, params_to_records, to_array_record, wire_bytes
+from .records import params_to_records, to_array_record, wire_bytes
 from .updates import updates_to_records
+from .validation import InvalidReply, check_round_reply, check_stats_reply, over_bound
 
 __all__ = ["FedEMStrategy"]
 
@@ -95,7 +98,7 @@ class FedEMStrategy(Strategy):
         self.confirmed_fresh = np.ones(n, dtype=bool)
         self.resync_v = np.full(n, upload1 is None)
         self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j
-        self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], loglik=loglik,
+        self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], refused_partitions=[], loglik=loglik,
                         step_size=float("nan"), uplink_bits=0, reply_bytes=0)
 
     def _collect_stats(self, grid, config, params=None, **arrays):
@@ -108,14 +111,19 @@ class FedEMStrategy(Strategy):
             messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
         by_pid = {}
         # round 0 needs everyone, so it waits as long as for the nodes to connect
+        pid_of_node = {m.metadata.dst_node_id: int(self.partitions[c]) for c, m in enumerate(messages)}
         for reply in grid.send_and_receive(messages, timeout=self.settings.node_wait):
-            if not reply.has_error():
-                pid = int(reply.content[P.METRICS][P.PARTITION_ID])
-                by_pid[pid] = (reply.content[P.ARRAYS]["stats"].numpy(),
-                               float(reply.content[P.METRICS]["loglik"]))
+            pid = pid_of_node.get(int(reply.metadata.src_node_id))
+            if reply.has_error() or pid is None:
+                continue
+            try:
+                by_pid[pid] = check_stats_reply(reply.content, self.model.q, pid, self.registry.rows_of[pid])
+            except InvalidReply as exc:
+                logger.warning("round 0: reply of partition %d refused: %s", pid, exc)
         missing = sorted(set(self.partitions) - set(by_pid))
         if missing:
-            raise RuntimeError(f"round 0 needs every client; partitions {missing} did not answer.")
+            raise RuntimeError(f"round 0 needs every client; partitions {missing} did not answer validly "
+                               "(see the log).")
         rows = [by_pid[pid] for pid in self.partitions]
         return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
 
@@ -175,9 +183,10 @@ class FedEMStrategy(Strategy):
         self._pending_full[client] = full
         return content
 
-    def _decode(self, replies):
-        """client -> (message, loglik, reply bytes) of the valid replies of this round."""
-        client_of_node, got = self._pending["client_of_node"], {}
+    def _decode(self, replies, coords):
+        """client -> (message, loglik, reply bytes) of the valid replies of this round, and
+        client -> reason of the replies refused (:mod:`.validation`; logged)."""
+        client_of_node, got, refused = self._pending["client_of_node"], {}, {}
         for reply in replies:
             node = int(reply.metadata.src_node_id)
             if reply.has_error() or node not in client_of_node:
@@ -187,12 +196,23 @@ class FedEMStrategy(Strategy):
                     self._resynchronise(client_of_node[node])
                 continue
             client = client_of_node[node]
-            if int(reply.content[P.METRICS][P.PARTITION_ID]) != self.partitions[client]:
-                logger.warning("node %d answered for another partition; dropped.", node)
+            pid = self.partitions[client]
+            try:
+                message, loglik = check_round_reply(reply.content, self.algorithm.compressor, self.model.q,
+                                                    coords.blocks, pid, self.registry.rows_of.get(pid))
+            except InvalidReply as exc:
+                refused[client] = str(exc)
                 continue
-            got[client] = (compressed_from_records(reply.content[P.PAYLOAD], reply.content[P.PAYLOAD_META]),
-                           float(reply.content[P.METRICS]["loglik"]), wire_bytes(reply))
-        return got
+            got[client] = (message, loglik, wire_bytes(reply))
+        norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
+        for client, reason in over_bound(norms, self.settings.contribution_bound).items():
+            refused[client] = reason
+            del got[client]
+        for client, reason in sorted(refused.items()):
+            # treated as a failed node: its q_i is not applied and its pending commit not confirmed
+            logger.warning("round %d: reply of partition %d refused: %s", self.state.round,
+                           self.partitions[client], reason)
+        return got, refused
 
     def _resynchronise(self, client) -> None:
         """The node lost (or never had) its state: send it the full Ŝ and V_i next time."""
@@ -202,11 +222,11 @@ class FedEMStrategy(Strategy):
     def aggregate_train(self, server_round, replies):
         """Decode the q_i received and apply the engine's server half (a pure reduction)."""
         st, pend, algo, n = self.state, self._pending, self.algorithm, len(self.partitions)
-        got = self._decode(replies)
+        geometries = algo.round_geometries(self.model.t_map(st.s_hat), st.s_hat, n)
+        got, refused = self._decode(replies, geometries[1])
         idx = np.array(sorted(got), dtype=np.int64)
         pi_of = dict(zip((int(a) for a in pend["active"]), pend["pi"]))
         pi = np.array([pi_of[int(i)] for i in idx], dtype=np.float64)
-        geometries = algo.round_geometries(self.model.t_map(st.s_hat), st.s_hat, n)
         messages = [got[int(i)][0] for i in idx]
         q_rows, noise, bits = decode_messages(algo.compressor, messages, geometries[1], self.model.q)
         loglik = np.array([got[int(i)][1] for i in idx], dtype=np.float64)
@@ -223,7 +243,8 @@ class FedEMStrategy(Strategy):
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         row = self._log_round(
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),
-            failed_partitions=failed, uplink_bits=int(bits) + int(idx.size) * FLOAT64_BITS,
+            failed_partitions=failed, refused_partitions=sorted(self.partitions[c] for c in refused),
+            uplink_bits=int(bits) + int(idx.size) * FLOAT64_BITS,
             reply_bytes=int(sum(got[int(i)][2] for i in idx)), downlink_bits=pend["downlink_bits"],
             downlink_bytes=pend["downlink_bytes"],
             **{k: _plain(v) for k, v in step.items()})

@@ -1,0 +1,277 @@
+"""Reply validation on Flower (issue 13): the validator itself, and a poisoning run.
+
+Faults are injected by a test-only wrapper around the real ClientApp (:class:`_Poison`):
+the production node and strategy code paths are the ones deployed.
+"""
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip install 'fedemstats[flower]'")
+
+from flwr.app import MetricRecord, RecordDict  # noqa: E402
+
+from fedemstats.compression import make_compressor  # noqa: E402
+from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem, make_client_app  # noqa: E402
+from fedemstats.flower import protocol as P  # noqa: E402
+from fedemstats.flower.records import compressed_to_records, from_array_record, to_array_record  # noqa: E402
+from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
+from fedemstats.flower.testing import LocalGrid, write_partitions  # noqa: E402
+from fedemstats.flower.validation import (InvalidReply, check_description, check_round_reply,  # noqa: E402
+                                          check_stats_reply, over_bound)
+from fedemstats.participation import FixedSizeParticipation, WithAbsences  # noqa: E402
+
+#: equivalence tolerance of the acceptance criteria (never loosened)
+TOL = 1e-10
+N_PARTS = 10
+#: the poisoned norm: a well-formed message scaled by this
+BLOW_UP = 1e6
+#: contribution bound of the poisoning test: honest replies of this federation stay within
+#: 2 x the round's median norm (measured 1.2-1.9), the blown-up one is 1e6 x
+BOUND = 10.0
+
+
+@pytest.fixture(autouse=True)
+def _flower_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
+
+
+# ---------------------------------------------------------------------- the validator
+Q, BLOCKS = 30, np.array([0, 10, 30])
+
+
+def _content(message, loglik=-1.5, pid=3, rows=40):
+    arrays, meta = compressed_to_records(message)
+    return RecordDict({P.PAYLOAD: arrays, P.PAYLOAD_META: meta,
+                       P.METRICS: MetricRecord({P.PARTITION_ID: pid, "n-rows": rows, "loglik": loglik})})
+
+
+def _honest(spec, q=Q, blocks=BLOCKS):
+    comp = make_compressor(spec)
+    return comp, comp.compress(np.random.default_rng(1).normal(size=(1, q)), np.random.default_rng(2), blocks)
+
+
+def _with_array(content, name, fn):
+    arrays = from_array_record(content[P.PAYLOAD])
+    arrays[name] = fn(arrays[name])
+    content[P.PAYLOAD] = to_array_record(**arrays)
+    return content
+
+
+@pytest.mark.parametrize("spec", ["identity", "dither:s=4", "dither:s=4,coding=elias", "dither:s=3,r=inf",
+                                  "blockp:p=2", "randk:k=5"])
+def test_honest_reply_is_accepted(spec):
+    comp, msg = _honest(spec)
+    message, loglik = check_round_reply(_content(msg), comp, Q, BLOCKS, 3, 40)
+    np.testing.assert_array_equal(comp.decompress(message), comp.decompress(msg))
+    assert loglik == -1.5
+
+
+def _nan_first(a):
+    a = a.copy()
+    a.flat[0] = np.nan
+    return a
+
+
+def _set_first(value):
+    def fn(a):
+        a = a.copy()
+        a.flat[0] = value
+        return a
+    return fn
+
+
+# (compressor, array, corruption, words of the reason)
+BAD_PAYLOADS = {
+    "nan-norm": ("dither:s=4", "norms", _nan_first, "NaN"),
+    "inf-value": ("identity", "values", _set_first(np.inf), "NaN or inf"),
+    "negative-norm": ("dither:s=4", "norms", lambda a: -a, "negative"),
+    "short-codes": ("dither:s=4", "codes", lambda a: a[:, :-1], "shape"),
+    "long-values": ("identity", "values", lambda a: np.hstack([a, a[:, :1]]), "shape"),
+    "float32-values": ("identity", "values", lambda a: a.astype(np.float32), "dtype"),
+    "level-above-s": ("dither:s=4", "codes", lambda a: np.full_like(a, 0xFF), "level"),
+    "bad-base3-byte": ("blockp:p=2", "codes", lambda a: np.full_like(a, 250), "base-3"),
+    "truncated-elias": ("dither:s=4,coding=elias", "codes", lambda a: a[:, :1], "Elias"),
+    "nan-randk": ("randk:k=5", "values", _nan_first, "NaN"),
+    "inf-norm": ("blockp:p=2", "norms", _set_first(np.inf), "NaN or inf"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_PAYLOADS))
+def test_bad_payload_is_refused_with_reason(kind):
+    spec, name, corrupt, words = BAD_PAYLOADS[kind]
+    comp, msg = _honest(spec)
+    content = _with_array(_content(msg), name, corrupt)
+    with pytest.raises(InvalidReply, match=words):
+        check_round_reply(content, comp, Q, BLOCKS, 3, 40)
+
+
+def test_bad_envelope_is_refused_with_reason():
+    comp, msg = _honest("dither:s=4")
+    cases = {
+        "partition": (_content(msg, pid=4), "partition 4"),
+        "rows": (_content(msg, rows=41), "41 rows"),
+        "nan loglik": (_content(msg, loglik=float("nan")), "loglik"),
+    }
+    no_payload = _content(msg)
+    del no_payload[P.PAYLOAD]
+    cases["no payload"] = (no_payload, "no 'payload'")
+    meta = _content(msg)
+    meta[P.PAYLOAD_META]["s"] = 8  # claims other levels than the server's compressor
+    cases["meta"] = (meta, "meta")
+    codec = _content(msg)
+    codec[P.PAYLOAD_META]["codec"] = "identity"
+    cases["codec"] = (codec, "identity")
+    for name, (content, words) in cases.items():
+        with pytest.raises(InvalidReply, match=words):
+            check_round_reply(content, comp, Q, BLOCKS, 3, 40)
+    # the server's blocks, not the message's, decide: the same message under other blocks is refused
+    with pytest.raises(InvalidReply, match="meta"):
+        check_round_reply(_content(msg), comp, Q, np.array([0, 15, 30]), 3, 40)
+
+
+def test_round_zero_and_description_checks():
+    stats = RecordDict({P.ARRAYS: to_array_record(stats=np.ones(Q)),
+                        P.METRICS: MetricRecord({P.PARTITION_ID: 1, "n-rows": 9, "loglik": -2.0})})
+    np.testing.assert_array_equal(check_stats_reply(stats, Q, 1, 9)[0], np.ones(Q))
+    for bad, words in ((np.ones(Q - 1), "shape"), (np.full(Q, np.nan), "NaN"),
+                       (np.ones(Q, dtype=np.float32), "dtype")):
+        stats[P.ARRAYS] = to_array_record(stats=bad)
+        with pytest.raises(InvalidReply, match=words):
+            check_stats_reply(stats, Q, 1, 9)
+    desc = RecordDict({P.ARRAYS: to_array_record(mean=np.zeros(3), scatter=np.eye(3)),
+                       P.METRICS: MetricRecord({P.PARTITION_ID: 1, "n-rows": 9})})
+    assert check_description(desc, 2)[:2] == (1, 9)
+    desc[P.ARRAYS] = to_array_record(mean=np.zeros(3), scatter=np.eye(2))
+    with pytest.raises(InvalidReply, match="scatter"):
+        check_description(desc, 2)
+    desc[P.METRICS] = MetricRecord({P.PARTITION_ID: 1, "n-rows": 1})
+    with pytest.raises(InvalidReply, match="1 rows"):
+        check_description(desc, 2)
+
+
+def test_contribution_bound():
+    norms = {0: 1.0, 1: 1.5, 2: 0.8, 3: 20.0}
+    assert set(over_bound(norms, 10.0)) == {3}
+    assert over_bound(norms, 0.0) == {}                      # off
+    assert over_bound(norms, 20.0) == {}                     # 20 / median 1.25 = 16 < 20
+    assert over_bound({0: 1.0, 1: 1e6}, 10.0) == {}          # too few replies to judge
+    assert over_bound({0: 0.0, 1: 0.0, 2: 5.0}, 10.0) == {}  # zero median: no scale
+    with pytest.raises(ValueError, match="contribution_bound"):
+        FedEMSettings(contribution_bound=0.5)
+    assert FedEMSettings.from_run_config({"contribution-bound": 10}).contribution_bound == 10.0
+
+
+def test_with_absences_keeps_design_draws():
+    base = FixedSizeParticipation(5)
+    wrapped = WithAbsences(base, {1: [2, 3]})
+    for round_ in (0, 1):
+        a0, p0 = base.sample(round_, 10, np.random.default_rng(round_))
+        a1, p1 = wrapped.sample(round_, 10, np.random.default_rng(round_))
+        expected = a0 if round_ == 0 else a0[~np.isin(a0, [2, 3])]
+        np.testing.assert_array_equal(a1, expected)
+        np.testing.assert_array_equal(p1, p0[np.isin(a0, a1)])
+    np.testing.assert_array_equal(wrapped.inclusion(10), base.inclusion(10))
+
+
+# ---------------------------------------------------------------------- the poisoning run
+def _blow_up(arrays):
+    arrays["norms"] = (arrays["norms"] * BLOW_UP).astype(np.float32)
+
+
+def _nan(arrays):
+    arrays["norms"] = arrays["norms"].copy()
+    arrays["norms"][0, 0] = np.nan
+
+
+def _truncate(arrays):
+    arrays["codes"] = arrays["codes"][:, :-1]
+
+
+FAULTS = {"nan": _nan, "blow-up": _blow_up, "wrong-length": _truncate}
+
+
+class _Poison:
+    """A ClientApp wrapper that corrupts the ``train`` reply of (Flower round, partition).
+
+    The node itself ran normally (its state holds the pending q_i of that round), so the
+    server's refusal must be handled like a reply lost after the node computed it.
+    """
+
+    def __init__(self, app, faults):
+        self.app, self.faults, self.done = app, dict(faults), []
+
+    def __call__(self, message, context):
+        reply = self.app(message, context)
+        if message.metadata.message_type != P.ROUND or reply.has_error():
+            return reply
+        config = message.content[P.CONFIG]
+        key = (int(config["round"]) + 1, int(config[P.PARTITION_ID]))
+        if key in self.faults:
+            arrays = from_array_record(reply.content[P.PAYLOAD])
+            FAULTS[self.faults[key]](arrays)
+            reply.content[P.PAYLOAD] = to_array_record(**arrays)
+            self.done.append(key)
+        return reply
+
+
+#: (Flower round, partition) -> fault; round 1's messages are exactly zero under the
+#: mean-field start (Δ_i = 0), so the bound has no median to judge by there
+POISON = {(2, 2): "nan", (2, 5): "blow-up", (2, 7): "wrong-length",
+          (3, 2): "wrong-length", (3, 5): "nan", (4, 7): "blow-up"}
+POISON_SETTINGS = FedEMSettings(n_rounds=5, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=7,
+                                contribution_bound=BOUND)
+
+
+def _absent(faults):
+    out = {}
+    for (round_, pid), _ in faults.items():
+        out.setdefault(round_, []).append(pid)
+    return out
+
+
+def _poisoned_run(tmp_path, settings, faults):
+    write = write_partitions(tmp_path, N_PARTS, rows=40, dim=3, n_components=2, seed=3)
+    app = _Poison(make_client_app(GMMProblem), faults)
+    grid = LocalGrid(app, [{"partition-id": i, "data-dir": str(tmp_path)} for i in range(N_PARTS)])
+    result = FedEMStrategy(GMMProblem(2), settings).start(grid)
+    assert sorted(app.done) == sorted(faults)  # every fault was injected
+    return result, write
+
+
+def test_poisoned_replies_are_dropped_logged_and_match_absent_clients(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="fedemstats.flower")
+    result, parts = _poisoned_run(tmp_path, POISON_SETTINGS, POISON)
+    absent = _absent(POISON)
+    rows = result["history"]
+    for round_ in range(1, POISON_SETTINGS.n_rounds + 1):
+        expected = sorted(absent.get(round_, []))
+        assert rows[round_]["refused_partitions"] == expected, round_
+        assert rows[round_]["failed_partitions"] == expected, round_
+        assert rows[round_]["n_active"] == N_PARTS - len(expected)
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert any("partition 2 refused" in m and "NaN" in m for m in refusals), refusals
+    assert any("partition 5 refused" in m and "median" in m for m in refusals), refusals
+    assert any("partition 7 refused" in m and "shape" in m for m in refusals), refusals
+    assert len(refusals) == len(POISON)
+    reference = reference_run(parts, GMMProblem(2), POISON_SETTINGS, absent=absent)
+    diffs = max_abs_difference(result, reference)
+    assert max(diffs.values()) < TOL, diffs
+    # the refusals changed the run: it is not the run in which everyone counted
+    everyone = reference_run(parts, GMMProblem(2), POISON_SETTINGS)
+    assert max(max_abs_difference(result, everyone).values()) > 1e3 * TOL
+    # V = Σ w_i V_i: no refused q_i reached the server's memory or a mirror
+    np.testing.assert_allclose(result["v"], np.array(result["weights"]) @ np.array(result["v_clients"]),
+                               rtol=0, atol=1e-13)
+
+
+def test_blown_up_reply_passes_without_the_bound(tmp_path):
+    # well formed: only the contribution bound can tell it from an honest reply
+    faults = {(4, 5): "blow-up"}
+    settings = FedEMSettings(n_rounds=4, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=7)
+    result, parts = _poisoned_run(tmp_path, settings, faults)
+    assert all(row["refused_partitions"] == [] for row in result["history"])
+    reference = reference_run(parts, GMMProblem(2), settings, absent=_absent(faults))
+    assert max(max_abs_difference(result, reference).values()) > 1.0
