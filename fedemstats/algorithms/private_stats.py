@@ -15,7 +15,7 @@ import numpy as np
 from ..federation import Federation
 from ..privacy import clip_rows, clip_vectors
 
-__all__ = ["public_model", "public_federation", "row_bound", "sensitivity", "clipped_contributions",
+__all__ = ["public_model", "public_federation", "public_theta", "row_bound", "sensitivity", "clipped_contributions",
            "ROWS_PER_CHUNK"]
 
 #: rows whose per-row statistics are held at once (memory ROWS_PER_CHUNK × q floats)
@@ -91,3 +91,33 @@ def clipped_contributions(model, federation, theta, clients, config):
     if config.level == "row":
         return sums, sizes
     return clip_vectors(sums / sizes[:, None], sensitivity(model, config)), np.ones(clients.size)
+
+
+#: the data-independent stand-in federation of :func:`public_theta`: clients × rows each
+PUBLIC_INIT_CLIENTS, PUBLIC_INIT_ROWS = 20, 50
+
+
+def public_theta(model, config, rng, **init_kwargs):
+    """θ_0 that costs no privacy: the model's own initialisation run on rows drawn from the
+    public geometry alone (N(center, (scale · clip / (2 √d))²), clipped; Poisson(1) counts
+    for a count model), never on the clients' data.
+
+    Parameters
+    ----------
+    model : Model
+        With its public geometry (:func:`public_model`).
+    config : DPConfig
+    rng : numpy.random.Generator
+    **init_kwargs
+        Passed to ``model.init_theta`` (e.g. ``method="kmeans"``).
+    """
+    d = model.n_features
+    shape = (PUBLIC_INIT_CLIENTS * PUBLIC_INIT_ROWS, d)
+    if model.dp_clips_rows:
+        center, scale = config.public_geometry(d)
+        u = rng.standard_normal(shape) * config.clip / (2.0 * np.sqrt(d))
+        X = clip_rows(center + scale * u, center, scale, config.clip)
+    else:
+        X = rng.poisson(1.0, shape).astype(np.float64)
+    offsets = np.arange(0, shape[0] + 1, PUBLIC_INIT_ROWS)
+    return model.init_theta(Federation(X, offsets, allow_nan=model.allow_nan), rng=rng, **init_kwargs)
