@@ -18,6 +18,7 @@ _LAZY = {
     "make_compressor": "fedemstats.compression.spec",
     "make_participation": "fedemstats.participation",
     "load_portal_rodents": "fedemstats.datasets.portal",
+    "DPConfig": "fedemstats.privacy.config",
 }
 
 __all__ = ["Federation", "StatLayout", "BitLedger", "__version__", *_LAZY]

@@ -228,7 +228,8 @@ class Algorithm:
         return state
 
     # ------------------------------------------------------------------ server half
-    def server_step(self, state, weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol=None) -> dict:
+    def server_step(self, state, weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol=None,
+                    dp_noise=None) -> dict:
         """Server half of round k -> k+1, in place on ``state``; pure given its inputs.
 
         Parameters
@@ -250,6 +251,9 @@ class Algorithm:
         alpha : float
         tol : float, optional
             Convergence threshold (see :meth:`.controller.StepController.converged`).
+        dp_noise : ndarray of shape (q,), optional
+            Central differential privacy: the server's Gaussian noise, added to H before
+            any step is taken or sent (``docs/privacy.md``).
 
         Returns
         -------
@@ -261,6 +265,8 @@ class Algorithm:
         geometry, coords = geometries
         w = weights[active]
         h, state.v = direction(state.v, q_rows, w, pi, alpha)
+        if dp_noise is not None:
+            h = h + dp_noise
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)
         converged, gain = ctl.converged(cs, ll, var, tol, cs.last_move)
         row = {"loglik": ll, "loglik_se": float(np.sqrt(var)), "gain": gain, "converged": converged,

@@ -27,6 +27,8 @@ from ..algorithms.vr_fedem import FULL_BATCH
 from ..compression import Compressor, make_compressor
 from ..federation import MIN_CLIENT_ROWS, Federation, partition_iid
 from ..participation import Participation, make_participation
+from ..privacy import DPConfig
+from ._private import run_private
 from ._algorithms import ALGORITHMS
 
 __all__ = ["FederatedEMMixin", "ALGORITHMS", "DEFAULT_ONLINE_POWER"]
@@ -44,7 +46,7 @@ class FederatedEMMixin:
     Subclasses declare these federated hyper-parameters as ``__init__`` arguments:
     ``algorithm, compressor, participation, step_size, alpha, v_init, batch_size,
     k_in, online_power, online_gamma0, max_iter, tol, n_clients, client_weights,
-    track_h, precondition, safeguard, random_state, verbose, verbose_interval``, and merge
+    track_h, precondition, safeguard, random_state, verbose, verbose_interval, privacy``, and merge
     :attr:`_parameter_constraints` into their own.
     """
 
@@ -72,6 +74,7 @@ class FederatedEMMixin:
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "verbose": ["verbose"],
         "verbose_interval": [_POSITIVE_INT],
+        "privacy": [DPConfig, None],
     }
 
     # ------------------------------------------------------------------ input
@@ -129,8 +132,10 @@ class FederatedEMMixin:
 
         Round 0 already performs one E-step (Ŝ_0 at θ_0) and one M-step (T(Ŝ_0)),
         so ``n_iter_ = rounds + 1`` counts M-steps exactly as scikit-learn counts
-        EM iterations.
+        EM iterations. With ``privacy`` the run is :func:`._private.run_private`'s.
         """
+        if getattr(self, "privacy", None) is not None:
+            return run_private(self, model, federation, rng)
         algo = ALGORITHMS[self.algorithm](self, model)
         bar = _progress_bar(self.verbose, self.max_iter - 1, type(self).__name__)
 
@@ -165,6 +170,11 @@ class FederatedEMMixin:
         self.n_iter_ = int(result.state.round) + 1
         self.converged_ = bool(result.converged)
         self.lower_bound_ = float(result.history["loglik"].iloc[-1])
+        if "epsilon" in result.history:
+            dp = result.state.extra["dp"]
+            self.privacy_spent_ = {"epsilon": float(result.history["epsilon"].iloc[-1]),
+                                   "delta": dp["plan"].delta, "noise_multiplier": dp["sigma"],
+                                   "sensitivity": dp["sensitivity"], "releases": dp["plan"].rounds}
 
 
 def _progress_bar(verbose, total, desc):

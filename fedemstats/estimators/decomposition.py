@@ -79,6 +79,10 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
     algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
 online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.
+    privacy : DPConfig, optional
+        Differential privacy of the fit (``docs/privacy.md``): rows clipped in the public
+        geometry, Gaussian noise calibrated by ``dp_accounting``; adds ``history_["epsilon"]``
+        and ``privacy_spent_``. ``None`` (default) changes nothing.
 
     Attributes
     ----------
@@ -111,7 +115,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
                  online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
                  client_weights="samples", track_h=False,
                  precondition=True, safeguard=True, random_state=0, verbose=0,
-                 verbose_interval=10):
+                 verbose_interval=10, privacy=None):
         self.n_components = n_components
         self.tol = tol
         self.copy = copy
@@ -136,6 +140,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval
+        self.privacy = privacy
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -69,6 +69,10 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
     algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
 online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.
+    privacy : DPConfig, optional
+        Differential privacy of the fit (``docs/privacy.md``): rows clipped in the public
+        geometry, Gaussian noise calibrated by ``dp_accounting``; adds ``history_["epsilon"]``
+        and ``privacy_spent_``. ``None`` (default) changes nothing.
 
     Attributes
     ----------
@@ -105,7 +109,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field", batch_size=None,
                  k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
                  client_weights="samples", track_h=False,
-                 precondition=True, safeguard=True, random_state=None, verbose=0, verbose_interval=10):
+                 precondition=True, safeguard=True, random_state=None, verbose=0, verbose_interval=10, privacy=None):
         self.model = model
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -135,6 +139,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval
+        self.privacy = privacy
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -193,7 +198,8 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         else:
             n_init, initial_theta = self.n_init, lambda: model.init_theta(fed, rng=rng, method=self.init_params)
         best = self._fit_best_of(model, fed, n_init, initial_theta, rng)
-        self.model_, self.theta_ = model, best.theta
+        # a private fit's model carries the public geometry, not the data's centring
+        self.model_, self.theta_ = getattr(best, "model", model), best.theta
         self._rng_ = rng
         self.indicator_ = MissingIndicator(error_on_new=False).fit(X_flat) if self.add_indicator else None
         return self

@@ -87,6 +87,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     verbose : int, default=0
         1: progress bar; 2: also log every ``verbose_interval`` rounds.
     verbose_interval : int, default=10
+    privacy : DPConfig, optional
+        Differential privacy of the fit (``docs/privacy.md``): rows clipped in the public
+        geometry, Gaussian noise calibrated by ``dp_accounting``; adds ``history_["epsilon"]``
+        and ``privacy_spent_``. ``None`` (default) changes nothing.
 
     Attributes
     ----------
@@ -125,7 +129,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
                  batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
                  n_clients=10, client_weights="samples", track_h=False,
                  precondition=True, safeguard=True, random_state=None, verbose=0,
-                 verbose_interval=10):
+                 verbose_interval=10, privacy=None):
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -155,6 +159,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval
+        self.privacy = privacy
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, groups=None):

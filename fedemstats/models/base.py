@@ -218,6 +218,26 @@ class Model:
         """||h(s)||²; see :func:`mean_field_norm2`."""
         return mean_field_norm2(self, federation, s)
 
+    # ------------------------------------------------------------------ differential privacy
+    #: whether private fits clip rows in the public geometry (counts of a Poisson model
+    #: would stop being counts; its per-row statistics are clipped instead)
+    dp_clips_rows: bool = True
+
+    def dp_radius(self, clip, scale) -> float:
+        """ρ: the norm bound of a clipped row in this model's statistic coordinates.
+
+        Rows are clipped to ``clip`` in the public geometry u = (x − c) / scale; the model
+        computes its moments on (x − shift) / self.scale, so ‖·‖ ≤ clip · max(scale / self.scale).
+        """
+        return float(clip * np.max(np.asarray(scale) / np.asarray(getattr(self, "scale", 1.0))))
+
+    def dp_row_bound(self, radius) -> float:
+        """B: the L2 norm bound of one row's statistic vector when ‖row‖ ≤ ``radius`` in the
+        model's coordinates — the add/remove-one-row sensitivity of a sum of statistics
+        (``docs/privacy.md``). Private fits also clip each row's statistic vector to B, which
+        enforces it where the bound depends on θ (missing values, latent factors)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state a privacy sensitivity.")
+
     # ------------------------------------------------------------------ fitted parameters
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Log-density of each row, shape (n_rows,)."""

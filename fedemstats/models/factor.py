@@ -277,6 +277,13 @@ class FactorAnalysisModel(Model):
         """Residual whitening (:func:`.factor_geometry.factor_geometry`, ``docs/geometry.md``)."""
         return factor_geometry(self, theta, s_hat)
 
+    def dp_row_bound(self, radius) -> float:
+        """B = √(ρ⁴ + ρ²(1 + ρ²) + (1 + ρ²)²): (x∘x, x z̃ᵀ, z̃z̃ᵀ) with ‖x‖ ≤ ρ and the
+        standardised factors ‖z‖ ≤ ρ as well; E[z | x] depends on θ, so the per-row clip
+        to B enforces it."""
+        z2 = 1.0 + radius ** 2
+        return float(np.sqrt(radius ** 4 + radius ** 2 * z2 + z2 ** 2))
+
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""
         return factor_log_likelihood(X, theta)

@@ -135,6 +135,11 @@ class GaussianMissingModel(Model):
         """Whitening by the current μ, Σ (:func:`.gaussian_geometry.gaussian_geometry`, ``docs/geometry.md``)."""
         return gaussian_geometry(self, theta, s_hat)
 
+    def dp_row_bound(self, radius) -> float:
+        """B = √(ρ² + ρ⁴) for (x, xxᵀ) of a complete row; with missing entries the
+        conditional moments depend on θ and the per-row clip to B enforces it."""
+        return float(np.sqrt(radius ** 2 + radius ** 4))
+
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-density of each row, shape (n,)."""
         return mixture_log_likelihood(np.asarray(X, dtype=np.float64), np.ones(1),

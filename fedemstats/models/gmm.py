@@ -212,6 +212,11 @@ class GaussianMixtureModel(Model):
         """Per-component whitening (:func:`.gmm_geometry.gmm_geometry`, ``docs/geometry.md``)."""
         return gmm_geometry(self, theta, s_hat)
 
+    def dp_row_bound(self, radius) -> float:
+        """B = √(1 + ρ² + ρ⁴): Σ_k r_k² ≤ 1 bounds (r, r x, r xxᵀ) for every covariance type
+        (tied: xxᵀ unweighted, still ≤ ρ²), whatever θ (:meth:`Model.dp_row_bound`)."""
+        return float(np.sqrt(1.0 + radius ** 2 + radius ** 4))
+
     # ------------------------------------------------------------------ likelihood & co
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Log-density of each row, shape (n,)."""

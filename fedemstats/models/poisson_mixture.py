@@ -130,6 +130,14 @@ class PoissonMixtureModel(Model):
         """Rate scaling (:func:`.poisson_geometry.poisson_geometry`, ``docs/geometry.md``)."""
         return poisson_geometry(self, theta, s_hat, RATE_FLOOR)
 
+    #: counts stay counts: the per-row statistics are clipped, not the rows
+    dp_clips_rows = False
+
+    def dp_row_bound(self, radius) -> float:
+        """B = √(1 + ρ²) for (r, r y) with ‖y‖ ≤ ρ (ρ = ``clip``, counts are not rescaled);
+        rows beyond it have their statistic vector clipped to B."""
+        return float(np.sqrt(1.0 + radius ** 2))
+
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Observed-data log-probability of each row, shape (n,)."""
         X = np.asarray(X, dtype=np.float64)

@@ -1,0 +1,113 @@
+"""DPConfig: what the user asks of a private fit, validated in one place."""
+from __future__ import annotations
+
+import dataclasses
+from numbers import Integral, Real
+
+import numpy as np
+
+__all__ = ["DPConfig", "LEVELS", "MODES", "check_privacy"]
+
+#: neighbouring relation: add/remove one row, or one whole client
+LEVELS = ("row", "client")
+#: who adds the noise: the server to the aggregate, or each client its share (needs secure aggregation)
+MODES = ("central", "distributed")
+#: accountants of ``dp_accounting``: Rényi DP or privacy loss distributions
+ACCOUNTANT_NAMES = ("rdp", "pld")
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+    """(ε, δ)-differential privacy of a federated EM fit (``docs/privacy.md``).
+
+    Parameters
+    ----------
+    epsilon : float, optional
+        Target ε of the whole fit; the noise multiplier is calibrated from it, ``delta``
+        and ``max_iter``. Give either ``epsilon`` or ``noise_multiplier``.
+    delta : float, default=1e-5
+        Target δ, in (0, 1).
+    clip : float, default=3.0
+        R: each row is clipped to norm R in the public geometry, u = (x − center) / scale,
+        before its statistics are computed; this bounds every row's statistic vector.
+    level : {"row", "client"}, default="row"
+        Neighbouring datasets differ by one row, or by one whole client.
+    mode : {"central", "distributed"}, default="central"
+        ``"central"``: the (trusted) server adds the noise to the aggregate.
+        ``"distributed"``: each active client adds N(0, σ²Δ²/n_active); the stated
+        guarantee then needs secure aggregation (the server may only see the sum).
+    noise_multiplier : float, optional
+        σ (noise std over sensitivity); when given, the ε spent is reported instead.
+    client_clip : float, optional
+        C (``level="client"``): each client's contribution is clipped to norm C; default the
+        row-statistic bound B (then the clip never binds).
+    center, scale : float or array-like of shape (n_features,), optional
+        The public geometry (not computed from the data): default 0 and 1.
+    public_count : int, optional
+        The number of rows (``level="row"``) or clients (``"client"``) if it is public;
+        otherwise a noisy count is released once at round 0 and accounted.
+    accountant : {"rdp", "pld"}, default="rdp"
+        ``dp_accounting``'s Rényi-DP or privacy-loss-distribution accountant.
+    """
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    clip: float = 3.0
+    level: str = "row"
+    mode: str = "central"
+    noise_multiplier: float | None = None
+    client_clip: float | None = None
+    center: object = None
+    scale: object = None
+    public_count: int | None = None
+    accountant: str = "rdp"
+
+    def public_geometry(self, n_features):
+        """(center, scale) as arrays of shape (n_features,)."""
+        center = np.zeros(n_features) if self.center is None else np.broadcast_to(
+            np.asarray(self.center, dtype=np.float64), (n_features,)).copy()
+        scale = np.ones(n_features) if self.scale is None else np.broadcast_to(
+            np.asarray(self.scale, dtype=np.float64), (n_features,)).copy()
+        if not (np.all(np.isfinite(center)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
+            raise ValueError("privacy: center must be finite and scale finite and > 0.")
+        return center, scale
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"privacy: {name} must be a finite number > 0; got {value!r}.")
+    return float(value)
+
+
+def check_privacy(config) -> DPConfig:
+    """Validate a :class:`DPConfig`; the ValueError names the argument at fault.
+
+    Returns
+    -------
+    DPConfig
+        The same object (it is frozen).
+    """
+    if not isinstance(config, DPConfig):
+        raise ValueError(f"privacy must be None or a DPConfig; got {type(config).__name__}.")
+    if (config.epsilon is None) == (config.noise_multiplier is None):
+        raise ValueError("privacy: give exactly one of epsilon (to calibrate the noise) or noise_multiplier "
+                         "(to report the epsilon spent).")
+    if config.epsilon is not None:
+        _positive(config.epsilon, "epsilon")
+    if config.noise_multiplier is not None:
+        _positive(config.noise_multiplier, "noise_multiplier")
+    if isinstance(config.delta, bool) or not isinstance(config.delta, Real) or not 0.0 < config.delta < 1.0:
+        raise ValueError(f"privacy: delta must lie in (0, 1); got {config.delta!r}.")
+    _positive(config.clip, "clip")
+    if config.client_clip is not None:
+        _positive(config.client_clip, "client_clip")
+    if config.level not in LEVELS:
+        raise ValueError(f"privacy: level must be one of {LEVELS}; got {config.level!r}.")
+    if config.mode not in MODES:
+        raise ValueError(f"privacy: mode must be one of {MODES}; got {config.mode!r}.")
+    if config.accountant not in ACCOUNTANT_NAMES:
+        raise ValueError(f"privacy: accountant must be one of {ACCOUNTANT_NAMES}; got {config.accountant!r}.")
+    if config.public_count is not None and (not isinstance(config.public_count, Integral)
+                                            or config.public_count < 1):
+        raise ValueError(f"privacy: public_count must be a positive int; got {config.public_count!r}.")
+    return config

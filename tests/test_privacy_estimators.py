@@ -1,0 +1,78 @@
+"""Issue 14 acceptance: the estimators' privacy= API, its errors, reproducibility and privacy=None."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedemstats import DPConfig, FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer
+
+ROUNDS = 6
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(0)
+    return np.vstack([rng.normal(-2, 1, (300, 3)), rng.normal(2, 1, (300, 3))])
+
+
+@pytest.mark.parametrize("mode", ["central", "distributed"])
+def test_same_seed_same_fit_and_a_new_seed_new_noise(X, mode):
+    cfg = DPConfig(epsilon=2.0, clip=4.0, mode=mode)
+    fit = lambda seed: FederatedGaussianMixture(2, max_iter=ROUNDS, random_state=seed, privacy=cfg).fit(X)  # noqa
+    a, b, c = fit(1), fit(1), fit(2)
+    np.testing.assert_array_equal(a.means_, b.means_)
+    assert not np.allclose(a.means_, c.means_)
+
+
+@pytest.mark.parametrize("make", [lambda p: FederatedGaussianMixture(2, max_iter=ROUNDS, random_state=0, privacy=p),
+                                  lambda p: FederatedFactorAnalysis(1, max_iter=ROUNDS, random_state=0, privacy=p),
+                                  lambda p: FederatedImputer(max_iter=ROUNDS, random_state=0, privacy=p)])
+def test_epsilon_column_and_privacy_spent(X, make):
+    est = make(DPConfig(epsilon=3.0, clip=4.0)).fit(X)
+    eps = est.history_["epsilon"].to_numpy()
+    assert eps.shape == (ROUNDS,) and np.all(np.diff(eps) > 0)
+    assert est.privacy_spent_["epsilon"] == pytest.approx(eps[-1]) == pytest.approx(3.0, rel=0.01)
+    # given a noise multiplier, the ε spent is reported instead
+    est = make(DPConfig(noise_multiplier=est.privacy_spent_["noise_multiplier"], clip=4.0)).fit(X)
+    assert est.privacy_spent_["epsilon"] == pytest.approx(3.0, rel=0.01)
+
+
+def test_privacy_none_changes_nothing(X):
+    plain = FederatedGaussianMixture(2, max_iter=ROUNDS, random_state=0).fit(X)
+    none = FederatedGaussianMixture(2, max_iter=ROUNDS, random_state=0, privacy=None).fit(X)
+    np.testing.assert_array_equal(plain.means_, none.means_)
+    assert "epsilon" not in none.history_ and not hasattr(none, "privacy_spent_")
+
+
+def test_private_fit_is_useful_at_a_large_budget():
+    """Two well-separated clusters of 2,000 rows are found at ε = 8 (means within 0.5 of ±2)."""
+    rng = np.random.default_rng(1)
+    X = np.vstack([rng.normal(-2, 1, (2000, 3)), rng.normal(2, 1, (2000, 3))])
+    est = FederatedGaussianMixture(2, max_iter=8, random_state=0, privacy=DPConfig(epsilon=8.0, clip=4.0)).fit(X)
+    np.testing.assert_allclose(np.sort(est.means_[:, 0]), [-2, 2], atol=0.5)
+
+
+@pytest.mark.parametrize("cfg, estimator_kw, match", [
+    (dict(epsilon=0.0), {}, "epsilon must be"),
+    (dict(epsilon=-1.0), {}, "epsilon must be"),
+    (dict(epsilon=1.0, delta=0.0), {}, "delta must lie"),
+    (dict(epsilon=1.0, delta=1.0), {}, "delta must lie"),
+    (dict(epsilon=1.0, clip=0.0), {}, "clip must be"),
+    (dict(epsilon=1.0, level="group"), {}, "level must be"),
+    (dict(epsilon=1.0, noise_multiplier=2.0), {}, "exactly one of epsilon"),
+    (dict(epsilon=1.0), {"algorithm": "em"}, "algorithm='em'"),
+    (dict(epsilon=1.0), {"algorithm": "vr-fedem"}, "algorithm='vr-fedem'"),
+    (dict(epsilon=1.0), {"compressor": "dither:s=4"}, "compressor"),
+    (dict(epsilon=1.0), {"n_init": 2}, "n_init"),
+    (dict(epsilon=1e-6), {"max_iter": 50}, "too small"),
+])
+def test_bad_input_is_refused_naming_the_argument(X, cfg, estimator_kw, match):
+    kw = {"max_iter": ROUNDS, "random_state": 0, **estimator_kw}
+    est = FederatedGaussianMixture(2, privacy=DPConfig(**cfg), **kw)
+    with pytest.raises(ValueError, match=match):
+        est.fit(X)
+
+
+def test_a_non_config_privacy_is_refused(X):
+    with pytest.raises(ValueError, match="privacy"):
+        FederatedGaussianMixture(2, privacy={"epsilon": 1.0}).fit(X)
