@@ -81,11 +81,14 @@ def _claims(table, workers):
     a = bool(few[w_max] <= few[0.0] / DROP_FEW)
     low_omegas = [w for w in g.index if w ** 3 <= max(workers)]
     b = bool(all(many[w] >= many[0.0] / KEEP_MANY for w in low_omegas))
-    c = bool(many[w_max] >= GAIN_MANY * few[w_max])
+    # γ_max ∝ √n: 10× from n = 10 to 1000, but only √10 ≈ 3.2× to the quick run's 100, which the
+    # power-of-two grid of STEPS shows as 2× or 4× depending on where the thresholds fall
+    gain = GAIN_MANY if max(workers) >= 100 * min(workers) else GAIN_MANY / 2
+    c = bool(many[w_max] >= gain * few[w_max])
     message = (f"A (n={min(workers)}, ω={w_max:g}: γ_max {few[0.0]:g} -> {few[w_max]:g}, drop ≥ {DROP_FEW:g}×) "
                f"{'holds' if a else 'FAILS'}; B (n={max(workers)}, ω³ ≤ n: γ_max within {KEEP_MANY:g}× of "
                f"{many[0.0]:g}: {[float(many[w]) for w in low_omegas]}) {'holds' if b else 'FAILS'}; "
-               f"C (ω={w_max:g}: γ_max {many[w_max]:g} vs {few[w_max]:g}, ≥ {GAIN_MANY:g}×) "
+               f"C (ω={w_max:g}: γ_max {many[w_max]:g} vs {few[w_max]:g}, ≥ {gain:g}×) "
                f"{'holds' if c else 'FAILS'}.")
     return a and b and c, message
 
