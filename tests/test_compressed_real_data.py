@@ -122,3 +122,4 @@ def test_compressed_partial_imputer_matches_exact(diabetes, diabetes_missing, se
     assert fed.converged_
     assert _rmse(fed, X, diabetes, mask) <= 1.01 * _rmse(exact, X, diabetes, mask)
     assert fed.history_["loglik"].iloc[0] > -30.0  # round 0 at θ_0: not a nearly singular start
+

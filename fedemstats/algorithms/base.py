@@ -132,10 +132,6 @@ class Algorithm:
         return StepController(None if adaptive else self.schedule(n_clients, budget), stochastic, self.safeguard,
                               watchdog=self.full_batches())
 
-    def compressor_down(self):
-        """The downlink's compressor (:mod:`.broadcast`)."""
-        return self.broadcast.compressor
-
     def client_geometry(self, theta, s_hat):
         """Where clients compress: the model's geometry at (θ, Ŝ), unless ``precondition=False``
         or the compressor is lossless (then the raw coordinates, so exact EM stays bit-exact)."""
@@ -147,7 +143,7 @@ class Algorithm:
         """(trust, coords): the geometry the safeguard and the step rule measure in (the
         model's in noisy regimes), and :meth:`client_geometry`."""
         coords = self.client_geometry(theta, s_hat)
-        if not self.stochastic(n_clients) or coords is not None and not isinstance(coords, IdentityGeometry):
+        if not self.stochastic(n_clients) or not isinstance(coords, IdentityGeometry):
             return coords, coords
         return self.model.geometry(theta, s_hat), coords
 
@@ -244,7 +240,8 @@ class Algorithm:
         loglik : ndarray of shape (m,)
             ℓ_i(θ_k) reported by the active clients.
         noise : tuple of ndarray of shape (m,)
-            (signal², noise²) of each message in the geometry (:func:`message_noise`).
+            (signal², noise²) of each message in the geometry
+            (:meth:`~fedemstats.compression.Compressor.noise_estimate`).
         geometries : tuple (Geometry, Geometry)
             This round's (trust, coords) of :meth:`round_geometries`: the trust region is
             measured in the first, the noise of the messages in the second.
@@ -268,7 +265,7 @@ class Algorithm:
         if dp_noise is not None:
             h = h + dp_noise
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)
-        converged, gain = ctl.converged(cs, ll, var, tol, cs.last_move)
+        converged, gain = ctl.converged(cs, ll, var, tol)
         row = {"loglik": ll, "loglik_se": float(np.sqrt(var)), "gain": gain, "converged": converged,
                "rejected": False, "step_fraction": 1.0, "noise_ratio": np.nan}
         if ctl.rejects(cs, ll, var, tol or 0.0):
@@ -351,8 +348,8 @@ class Algorithm:
         random_state : None, int or Generator
         tol : float, optional
             Stop when the convergence test holds (:meth:`.controller.StepController.converged`):
-            for exact EM the mean log-likelihood changes by less than ``tol``; for noisy
-            runs its gain per unit step, and its standard error, stay below ``tol``.
+            for exact EM the mean log-likelihood changes by less than ``tol``; noisy runs
+            also need their gain per unit step, mean field and step jitter below ``tol / 2``.
         progress : callable, optional
             Called as ``progress(round, history_row)`` after each round.
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..compression import Identity, make_compressor
 from ..ledger import FLOAT64_BITS
+from .controller import running_average
 from .streams import round_streams
 
 __all__ = ["Broadcast", "BroadcastState", "replay", "SERVER_STREAM", "REVERT_BITS", "REQUANTISE_TRIES",
@@ -153,7 +154,7 @@ class Broadcast:
             return
         signal, noise = self.compressor.noise_estimate(message)
         ratio = float(noise.sum() / signal.sum()) if signal.sum() > 0 else 0.0
-        bs.noise_ratio = ratio if bs.noise_ratio is None else 0.8 * bs.noise_ratio + 0.2 * ratio
+        bs.noise_ratio = running_average(bs.noise_ratio, ratio)
 
     @staticmethod
     def spec(downlink, uplink):
@@ -195,7 +196,7 @@ def replay(algorithm, s_hat, prev, updates):
         prev = s_hat
         if kind == "message":
             coords = algorithm.client_geometry(algorithm.model.t_map(s_hat), s_hat)
-            s_hat = s_hat + coords.inverse(algorithm.compressor_down().decompress(payload))[0]
+            s_hat = s_hat + coords.inverse(algorithm.broadcast.compressor.decompress(payload))[0]
         elif kind == "float":
             s_hat = s_hat + np.asarray(payload, dtype=np.float64)
         elif kind != "zero":

@@ -28,7 +28,8 @@ import numpy as np
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
-           "STOCHASTIC_TOL_FRACTION", "MINIBATCH_DECAY", "ROUNDOFF"]
+           "STOCHASTIC_TOL_FRACTION", "MINIBATCH_DECAY", "ROUNDOFF",
+           "running_average"]
 
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
@@ -101,10 +102,10 @@ class ControllerState:
     previous: tuple | None = None
     trail: list = field(default_factory=list)
     reverted: bool = False
-    extra: dict = field(default_factory=dict)
 
 
-def _running(avg, value):
+def running_average(avg, value):
+    """Exponential running average with memory NOISE_MEMORY (the first value starts it)."""
     return value if avg is None else NOISE_MEMORY * avg + (1.0 - NOISE_MEMORY) * value
 
 
@@ -186,7 +187,7 @@ class StepController:
 
         ``downlink_noise`` is the broadcast's measured ‖u − step‖² / ‖step‖²: the step's own
         quantisation noise divides the Wiener factor by 1 + it."""
-        cs.noise_avg, cs.total_avg = _running(cs.noise_avg, noise), _running(cs.total_avg, total)
+        cs.noise_avg, cs.total_avg = running_average(cs.noise_avg, noise), running_average(cs.total_avg, total)
         if self.schedule is not None:
             # a user's step is scaled down by the rejections (the cap starts at 1), never clipped
             return float(self.schedule(k)) * (cs.cap if self.safeguard else 1.0)
@@ -215,7 +216,7 @@ class StepController:
         cs.cap = min(1.0, AUTO_GROWTH * cs.cap)
         cs.last_move = gamma * fraction
 
-    def converged(self, cs, loglik, variance, tol, move_before) -> tuple:
+    def converged(self, cs, loglik, variance, tol) -> tuple:
         """The convergence test of this round; returns (converged, gain per unit step).
 
         Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs: over some
@@ -230,6 +231,7 @@ class StepController:
         one-round gain per unit step.
         """
         previous, cs.previous = cs.previous, (loglik, variance)
+        move_before = cs.last_move  # γ·t of the step that led here
         cs.trail = (cs.trail + [(loglik, variance, move_before)])[-(CONVERGENCE_WINDOW + 1):]
         if previous is None or tol is None:
             return False, np.nan

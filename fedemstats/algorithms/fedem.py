@@ -11,12 +11,11 @@ import numpy as np
 from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from .base import V_INIT_CHOICES, Algorithm, draw_entropy
-from .server import (DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update,
-                     message_noise, server_update)
+from .server import DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update, server_update
 from .streams import round_streams
 
 __all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
-           "DivergenceError", "check_iterate", "message_noise", "DIVERGENCE_GROWTH"]
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
 
 class FedEM(Algorithm):
     """Federated EM with compression, partial participation and control variates.
@@ -71,7 +70,7 @@ class FedEM(Algorithm):
                                                    alpha, round_streams(state.entropy, k, active), coords)
             state.v_clients[active] = v_new
             uplink = self.compressor.bits(message) + active.size * FLOAT64_BITS
-            noise = message_noise(self.compressor, message)
+            noise = self.compressor.noise_estimate(message)
         else:
             q_rows, loglik, uplink = np.empty((0, model.q)), np.empty(0), 0
             noise = (np.empty(0), np.empty(0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["client_update", "server_update", "direction", "memory_update", "message_noise", "decode_messages",
+__all__ = ["client_update", "server_update", "direction", "memory_update", "decode_messages",
            "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
 
 #: Ŝ growing beyond this factor of its initial magnitude means the iterates have left any
@@ -111,12 +111,6 @@ def direction(v, q_rows, weights, inclusion, alpha):
     return v + (weights / inclusion) @ q_rows, v + alpha * (weights @ q_rows)
 
 
-def message_noise(compressor, message):
-    """(signal², noise²) per row: estimates of ‖x‖² and ‖Q(x) − x‖² for what each row encoded
-    (:meth:`~fedemstats.compression.Compressor.noise_estimate`)."""
-    return compressor.noise_estimate(message)
-
-
 def decode_messages(compressor, messages, geometry, q):
     """The server's decoding of one message per client (a framework's replies).
 
@@ -134,13 +128,13 @@ def decode_messages(compressor, messages, geometry, q):
     q_rows : ndarray of shape (m, q)
         Decoded Δ_i in raw coordinates.
     noise : tuple of ndarray of shape (m,)
-        (signal², noise²) of each message (:func:`message_noise`).
+        (signal², noise²) of each message (:meth:`~fedemstats.compression.Compressor.noise_estimate`).
     bits : int
         Their exact encoded size.
     """
     if not messages:
         return np.empty((0, q)), (np.empty(0), np.empty(0)), 0
     decoded = np.vstack([compressor.decompress(m) for m in messages])
-    noise = [message_noise(compressor, m) for m in messages]
+    noise = [compressor.noise_estimate(m) for m in messages]
     return (geometry.inverse(decoded), (np.concatenate([a for a, _ in noise]), np.concatenate([b for _, b in noise])),
             int(sum(compressor.bits(m) for m in messages)))

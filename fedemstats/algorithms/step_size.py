@@ -1,7 +1,8 @@
 """Step sizes γ_k of the expectation-space algorithms and the theorems' bounds on them.
 
 The schedules (:class:`StepSize`, :func:`make_step_size`, the ``"theory"`` rule) are
-what the algorithms run (the adaptive ``"auto"`` rule is the server's, :mod:`.controller`); the bounds (:func:`fedem_gamma_max`, :func:`em_gamma_max`,
+what the algorithms run (the adaptive ``"auto"`` rule is the server's, :mod:`.controller`);
+the bounds (:func:`fedem_gamma_max`, :func:`em_gamma_max`,
 :func:`vr_fedem_gamma`, :func:`vr_fedem_batch_size`, :func:`compression_regime_ratio`)
 are the constant steps and batch size of paper 003's theorems (Dieuleveut, Fort,
 Moulines, Robin, "Federated Expectation Maximization with heterogeneity mitigation

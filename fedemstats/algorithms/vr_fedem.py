@@ -23,7 +23,7 @@ from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from ..participation import FullParticipation
 from .base import Algorithm
-from .server import client_update, message_noise
+from .server import client_update
 from .step_size import vr_fedem_batch_size
 from .streams import round_streams
 
@@ -155,7 +155,7 @@ class VRFedEM(Algorithm):
             round_streams(state.entropy, state.round, everyone), geometries[1])
         ex["s_prev"] = state.s_hat
         row = self.server_step(state, federation.weights, everyone, np.ones(n), q_rows, ex["loglik"],
-                               message_noise(self.compressor, message), geometries, alpha, tol)
+                               self.compressor.noise_estimate(message), geometries, alpha, tol)
         ex["inner"] += 1
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
