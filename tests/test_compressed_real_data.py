@@ -52,7 +52,9 @@ REPRODUCERS = {
 #: Known weakness (measured): rand-k at a hand-chosen γ = 0.3 creeps along a plateau 1e-3 to 2e-3
 #: below exact EM (seed 0: -7.8213 after 700 rounds at tol = 0, exact EM's fixed point -7.8202), and
 #: its convergence test can hold there (seeds 0 and 3 of five, 1.1e-3 to 1.4e-3 short). Neither the
-#: window test nor the mean field sees that plateau; the default "auto" step does not show it.
+#: window test nor the mean field sees that plateau; the default "auto" step does not show it. It is
+#: left out of the honesty test below (a test that may fail or not proves nothing) and stays in the
+#: collapse test.
 KNOWN_EARLY = ("randk",)
 
 
@@ -63,14 +65,8 @@ def test_reproducers_do_not_collapse(diabetes, name, seed):
     assert fed.weights_.min() > COLLAPSED_WEIGHT
 
 
-def _honesty_cases():
-    for name in REPRODUCERS:
-        marks = [pytest.mark.xfail(strict=False, reason="plateau: see KNOWN_EARLY")] if name in KNOWN_EARLY else []
-        for seed in SEEDS:
-            yield pytest.param(name, seed, marks=marks, id=f"{name}-{seed}")
-
-
-@pytest.mark.parametrize("name, seed", list(_honesty_cases()))
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", [n for n in REPRODUCERS if n not in KNOWN_EARLY])
 def test_reproducers_converged_means_converged(diabetes, name, seed):
     exact, fed = _exact(diabetes, seed), _fit(diabetes, seed, **REPRODUCERS[name])
     if fed.converged_:  # honest convergence: converged_ only where exact EM is
