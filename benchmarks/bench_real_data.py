@@ -10,8 +10,8 @@ One row per (table, split, model, participation): the log-likelihood gap per row
 EM and to the reference (imputer: RMSE ratio), rounds, ``converged_``, collapse, Mbit,
 wall time and a pass flag (see ``PASS_RULE``).
 
-Data, splits, models and the runner live in ``benchmarks/_real_data.py`` (shared with
-``bench_bits.py``).
+Tables, splits, models and the runner live in ``benchmarks/_real_tables.py``,
+``_real_splits.py``, ``_real_models.py`` (shared with ``bench_bits.py``) and ``_real_runs.py``.
 
 Run: ``python benchmarks/bench_real_data.py [--quick] [--only TABLE ...] [--models M ...]
 [--seed N] [--out PATH]``; the full run writes benchmarks/results/real_data.md (the
@@ -31,11 +31,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _real_data import (COMPRESSOR, DIRICHLET_ALPHA, EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP,  # noqa: E402
-                        EIG_RATIO_COLLAPSE, MAX_ITER,
-                        MAX_ROWS, MCAR_FRACTION, MODELS, PARTICIPATIONS, PSI_FLOOR, SEED, TABLES,
-                        TIGHT_MAX_ITER, TIGHT_TOL, VARIANTS, WEIGHT_COLLAPSE, StartMismatchError,
-                        check_same_start, collapse_reasons, load_table, make_splits, run_config, warm_up)
+from _real_models import (COMPRESSOR, MAX_ITER, MCAR_FRACTION, MODELS, PARTICIPATIONS,  # noqa: E402
+                          TIGHT_MAX_ITER, TIGHT_TOL, VARIANTS)
+from _real_runs import (EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP, EIG_RATIO_COLLAPSE, PSI_FLOOR,  # noqa: E402
+                        WEIGHT_COLLAPSE, StartMismatchError, check_same_start, collapse_reasons, run_config,
+                        warm_up)
+from _real_splits import DIRICHLET_ALPHA, make_splits  # noqa: E402
+from _real_tables import MAX_ROWS, SEED, TABLES, load_table  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "real_data.md"
 #: Pass thresholds (issue 11 acceptance).
