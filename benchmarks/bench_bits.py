@@ -16,7 +16,6 @@ Run: ``python benchmarks/bench_bits.py [--quick] [--only TABLE ...] [--models M 
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -28,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bits_runs import (BITS_CAP_RATIO, BUDGET_FACTOR, BUDGET_MAX_ROUNDS, BUDGET_MIN_ROUNDS, CHECK_ATOL,  # noqa: E402
                         FP_MAX_ROUNDS, FP_TOL, HOLD_ROUNDS, LL_TOL, RMSE_RTOL, VARIANTS, FedemResult,
                         criteria, fedem_run, make_problem, reference_run)
+from _real_cli import parse_real_args  # noqa: E402
 from _real_models import MCAR_FRACTION, MODELS  # noqa: E402
 from _real_splits import Split, make_splits  # noqa: E402
-from _real_tables import MAX_ROWS, SEED, TABLES, Table, load_table  # noqa: E402
+from _real_tables import MAX_ROWS, SEED, Table, load_table  # noqa: E402
 from bench_real_data import machine_note  # noqa: E402
 from fedemstats.federation import partition_iid  # noqa: E402
 
@@ -283,22 +283,11 @@ def warm_up(seed, variants):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: tables {QUICK_TABLES}, model {QUICK_MODELS}; writes no results file")
-    parser.add_argument("--only", nargs="+", choices=list(TABLES), metavar="TABLE", help="tables to run")
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), help="models to run")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="FedEM variants to run")
-    parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results file (default: benchmarks/results/bits.md for a full run, none otherwise)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    names = args.only or (QUICK_TABLES if args.quick else list(TABLES))
-    models = args.models or (QUICK_MODELS if args.quick else list(MODELS))
+    args, names, models, out = parse_real_args(
+        argv, description=__doc__.splitlines()[0], results=RESULTS, quick_tables=QUICK_TABLES,
+        quick_models=QUICK_MODELS,
+        extra={"--variants": dict(nargs="+", choices=list(VARIANTS), help="FedEM variants to run")})
     variants = [VARIANTS[v] for v in (args.variants or VARIANTS)]
-    full = not (args.quick or args.only or args.models or args.variants)
-    out = args.out or (RESULTS if full else None)
 
     t_start = time.perf_counter()
     warm_up(args.seed, variants)
