@@ -1,7 +1,7 @@
 """Runs of the bits-to-accuracy benchmark (``bench_bits.py``, issue 12 item 4).
 
-For one (table, split, model) of ``_real_data`` this module builds the federation, the
-model and θ_0 exactly as the estimators do, runs exact EM to its fixed point
+For one (table, split, model) of ``_real_tables`` / ``_real_models`` this module builds
+the federation, the model and θ_0 exactly as the estimators do, runs exact EM to its fixed point
 (:func:`reference_run`) and steps FedEM variants through the public stepping API
 (:func:`fedem_run`), evaluating the true mean log-likelihood of every iterate on the
 full data (a diagnostic outside the ledger; imputer: also the RMSE on the masked cells).
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from _real_data import GMM_COMPONENTS, REG_COVAR, factor_count, mcar_mask
+from _real_models import GMM_COMPONENTS, REG_COVAR, factor_count, mcar_mask
 from fedemstats._validation import check_rng
 from fedemstats.algorithms import FedEM
 from fedemstats.estimators.impute import MODEL_CLASSES

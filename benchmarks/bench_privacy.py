@@ -39,7 +39,7 @@ logger = logging.getLogger("bench_privacy")
 
 def tables():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _real_data import load_table  # the benchmarks' offline tables
+    from _real_tables import load_table  # the benchmarks' offline tables
     out = {}
     for name, X in (("digits-pca8", load_digits().data), ("diamonds", load_table("diamonds").X)):
         Z = PCA(8, random_state=SEED).fit_transform(X) if X.shape[1] > 8 else X

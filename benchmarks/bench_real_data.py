@@ -10,8 +10,8 @@ One row per (table, split, model, participation): the log-likelihood gap per row
 EM and to the reference (imputer: RMSE ratio), rounds, ``converged_``, collapse, Mbit,
 wall time and a pass flag (see ``PASS_RULE``).
 
-Data, splits, models and the runner live in ``benchmarks/_real_data.py`` (shared with
-``bench_bits.py``).
+Tables, splits, models and the runner live in ``benchmarks/_real_tables.py``,
+``_real_splits.py``, ``_real_models.py`` (shared with ``bench_bits.py``) and ``_real_runs.py``.
 
 Run: ``python benchmarks/bench_real_data.py [--quick] [--only TABLE ...] [--models M ...]
 [--seed N] [--out PATH]``; the full run writes benchmarks/results/real_data.md (the
@@ -19,7 +19,6 @@ section headed ``KEEP_MARKER`` and everything after it in an existing file is ke
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import platform
@@ -31,11 +30,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _real_data import (COMPRESSOR, DIRICHLET_ALPHA, EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP,  # noqa: E402
-                        EIG_RATIO_COLLAPSE, MAX_ITER,
-                        MAX_ROWS, MCAR_FRACTION, MODELS, PARTICIPATIONS, PSI_FLOOR, SEED, TABLES,
-                        TIGHT_MAX_ITER, TIGHT_TOL, VARIANTS, WEIGHT_COLLAPSE, StartMismatchError,
-                        check_same_start, collapse_reasons, load_table, make_splits, run_config, warm_up)
+from _real_cli import parse_real_args  # noqa: E402
+from _real_models import (COMPRESSOR, MAX_ITER, MCAR_FRACTION, MODELS, PARTICIPATIONS,  # noqa: E402
+                          TIGHT_MAX_ITER, TIGHT_TOL, VARIANTS)
+from _real_runs import (EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP, EIG_RATIO_COLLAPSE, PSI_FLOOR,  # noqa: E402
+                        WEIGHT_COLLAPSE, StartMismatchError, check_same_start, collapse_reasons, run_config,
+                        warm_up)
+from _real_splits import DIRICHLET_ALPHA, make_splits  # noqa: E402
+from _real_tables import MAX_ROWS, SEED, load_table  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "real_data.md"
 #: Pass thresholds (issue 11 acceptance).
@@ -274,21 +276,8 @@ def keep_tail(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: tables {QUICK_TABLES}, model {QUICK_MODELS}; writes no results file")
-    parser.add_argument("--only", nargs="+", choices=list(TABLES), metavar="TABLE",
-                        help=f"tables to run (of {', '.join(TABLES)})")
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), help="models to run")
-    parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results file (default: benchmarks/results/real_data.md for a full run, none otherwise)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    names = args.only or (QUICK_TABLES if args.quick else list(TABLES))
-    models = args.models or (QUICK_MODELS if args.quick else list(MODELS))
-    full = not (args.quick or args.only or args.models)
-    out = args.out or (RESULTS if full else None)
+    args, names, models, out = parse_real_args(argv, description=__doc__.splitlines()[0], results=RESULTS,
+                                               quick_tables=QUICK_TABLES, quick_models=QUICK_MODELS)
 
     t_start = time.perf_counter()
     warm_up(args.seed)
