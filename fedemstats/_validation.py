@@ -170,7 +170,8 @@ def check_data_range(X, *, name: str = "X") -> None:
 
     The estimators are equivariant to rescaling the data; this is the one place where the
     data's magnitude matters: a variance of values of magnitude 1e300 overflows, one of a
-    spread of 1e-300 underflows to zero. Constant columns (spread exactly 0) are accepted.
+    spread of 1e-300 underflows to zero. Constant columns (spread exactly 0) are accepted, unless
+    every column is constant and tiny (their magnitude is then the columns' scale).
 
     Parameters
     ----------
@@ -195,6 +196,13 @@ def check_data_range(X, *, name: str = "X") -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is reported by its own check
         spread = np.nanmax(X, axis=0) - np.nanmin(X, axis=0)
+    if not np.any(spread > 0) and 0.0 < magnitude < MIN_DATA_SPREAD:
+        # every column constant: the data's own magnitude becomes the public scale of its columns
+        raise ValueError(
+            f"{name} is constant with values of magnitude at most {magnitude:.3g}, below {MIN_DATA_SPREAD:.0e}: "
+            "their squares are too small for float64 (smallest normal 2.2e-308), so the variances cannot be "
+            f"represented. Rescale {name} (results are equivariant to rescaling), e.g. multiply it by "
+            f"{1.0 / magnitude:.0e}.")
     tiny = np.flatnonzero((spread > 0) & (spread < MIN_DATA_SPREAD))
     if tiny.size:
         smallest = float(spread[tiny].min())

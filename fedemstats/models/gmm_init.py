@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._linalg import safe_cholesky
 from .._validation import check_rng
 from ._summaries import (INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError, check_init_method,
                          global_moments, init_kmeans_summaries)
@@ -31,7 +32,9 @@ def init_random_from_moments(mean, cov, model, rng) -> GMMParams:
     rng : numpy.random.Generator
     """
     K, ctype = model.n_components, model.covariance_type
-    cov = cov + model.reg_covar * np.eye(model.n_features)
+    # repaired as the T-map repairs any statistic (collinear columns at a scale where reg_covar
+    # is negligible leave cov + reg_covar I singular in float64)
+    _, cov, _ = safe_cholesky(cov + model.reg_covar * np.eye(model.n_features), model.reg_covar)
     means = rng.multivariate_normal(mean, cov, size=K)
     return make_params(np.full(K, 1.0 / K), means, shared_covariances(cov, ctype, K), covariance_type=ctype)
 
