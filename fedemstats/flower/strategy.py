@@ -204,10 +204,11 @@ class FedEMStrategy(Strategy):
                 refused[client] = str(exc)
                 continue
             got[client] = (message, loglik, wire_bytes(reply))
-        norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
-        for client, reason in over_bound(norms, self.settings.contribution_bound).items():
-            refused[client] = reason
-            del got[client]
+        if self.settings.contribution_bound:  # off (0) by default: no norm to decode then
+            norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
+            for client, reason in over_bound(norms, self.settings.contribution_bound).items():
+                refused[client] = reason
+                del got[client]
         for client, reason in sorted(refused.items()):
             # treated as a failed node: its q_i is not applied and its pending commit not confirmed
             logger.warning("round %d: reply of partition %d refused: %s", self.state.round,
