@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
+from .._io import write_atomic
 from ..algorithms.base import draw_entropy
 from ..algorithms.server import decode_messages, memory_update
 from ..ledger import FLOAT64_BITS
@@ -306,10 +306,7 @@ class FedEMStrategy(Strategy):
         path = self.settings.output
         if not path or self.state is None:
             return
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.result(), fh)
-        os.replace(tmp, path)  # readers never see a half-written file
+        write_atomic(path, json.dumps(self.result()))  # readers never see a half-written file
 
 
 def _plain(value):
