@@ -86,10 +86,6 @@ class PrivateFedEM(FedEM):
                              "participation.")
         self.planned_rounds = None
 
-    def get_params(self) -> dict:
-        """The constructor arguments (``privacy`` included)."""
-        return super().get_params()
-
     # ------------------------------------------------------------------ accounting
     def plan(self, n_clients, n_rounds) -> PrivacyPlan:
         """The releases of a run of ``n_rounds`` rounds after round 0."""
