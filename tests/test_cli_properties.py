@@ -13,13 +13,13 @@ exception, and an existing output is never modified by a failed run. Without a
 generated defect, an estimator may still refuse the data (e.g. a fit that
 diverges): that is one line naming the data file, counted as an ``event``.
 
-Profiles (own names, so estimator test modules keep theirs): ``cli-default``
-(fast, ``make test``) and ``cli-long``, selected by ``HYPOTHESIS_PROFILE=long``.
+Profiles (own names, so estimator test modules keep theirs; ``tests/_hypothesis_profiles.py``):
+``cli-default`` (fast, ``make test``, derandomised) and ``cli-long`` (random), selected by
+``HYPOTHESIS_PROFILE=long``.
 """
 import contextlib
 import io
 import json
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,19 +27,15 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 from _cli_helpers import TEMPORARY, error_lines
+from _hypothesis_profiles import profile
 from fedemstats.cli import main
 from fedemstats.estimators import FederatedGaussianMixture
 
-PROFILES = {"default": 100, "long": 2000}  # examples per test
-for _name, _examples in PROFILES.items():
-    settings.register_profile(f"cli-{_name}", max_examples=_examples, deadline=None, database=None,
-                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
-CLI_SETTINGS = settings.get_profile(f"cli-{_PROFILE if _PROFILE in PROFILES else 'default'}")
+CLI_SETTINGS = profile("cli", default_examples=100, long_examples=2000)  # examples per test
 
 CLIENT = "site_id"
 FEATURES = ["col_a", "col_b", "col_c"]

@@ -18,24 +18,21 @@ and hyper-parameters:
   rounding) shows up as a difference of order 1;
 * the same seed gives the same result.
 
-Profiles: ``HYPOTHESIS_PROFILE=long`` runs 20 times more examples (a benchmark-style run).
+Profiles (``tests/_hypothesis_profiles.py``): the default one is derandomised (the same
+examples every run); ``HYPOTHESIS_PROFILE=long`` runs 20 times more, random examples (a
+benchmark-style run).
 """
-import os
 import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, event, given, note, settings
+from hypothesis import assume, event, given, note
 from hypothesis import strategies as st
 
+from _hypothesis_profiles import profile
 from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer
 
-PROFILES = {"default": 25, "long": 500}  # examples per test
-for _name, _examples in PROFILES.items():
-    settings.register_profile(f"estimators-{_name}", max_examples=_examples, deadline=None, database=None,
-                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
-SETTINGS = settings.get_profile(f"estimators-{_PROFILE if _PROFILE in PROFILES else 'default'}")
+SETTINGS = profile("estimators", default_examples=25, long_examples=500)  # examples per test
 
 #: power-of-two exponents of the rescaling c (2^26 ≈ 6.7e7)
 LOG2_SCALE = 26

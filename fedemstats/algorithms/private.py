@@ -86,10 +86,6 @@ class PrivateFedEM(FedEM):
                              "participation.")
         self.planned_rounds = None
 
-    def get_params(self) -> dict:
-        """The constructor arguments (``privacy`` included)."""
-        return super().get_params()
-
     # ------------------------------------------------------------------ accounting
     def plan(self, n_clients, n_rounds) -> PrivacyPlan:
         """The releases of a run of ``n_rounds`` rounds after round 0."""
@@ -134,9 +130,13 @@ class PrivateFedEM(FedEM):
                 dp["entropy"], round_, i)) for i in clients])
             central = None
         else:
-            pi = float(np.mean(self.participation.inclusion(n)))
-            central = gaussian_noise(self.model.q, std, rng) / (pi * dp["count"])
+            central = self.central_noise(dp, n, rng)
         return n * contrib / dp["count"], central
+
+    def central_noise(self, dp, n_clients, rng):
+        """The server's draw on H in central mode: Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,)."""
+        pi = float(np.mean(self.participation.inclusion(n_clients)))
+        return gaussian_noise(self.model.q, dp["sigma"] * dp["sensitivity"], rng) / (pi * dp["count"])
 
     def private_count(self, federation, dp, rng) -> float:
         """Ñ: the public count, or Σ counts + N(0, σ²) released once (floored at one)."""
@@ -207,8 +207,7 @@ class PrivateFedEM(FedEM):
             q_rows, uplink = np.empty((0, model.q)), 0
             if self.privacy.mode == "central":
                 # the release still happens (an empty sum plus noise), as the accountant assumes
-                central = gaussian_noise(model.q, dp["sigma"] * dp["sensitivity"], rng) / (
-                    float(np.mean(self.participation.inclusion(n))) * dp["count"])
+                central = self.central_noise(dp, n, rng)
         zeros = np.zeros(active.size)
         row = self.server_step(state, np.full(n, 1.0 / n), active, pi, q_rows, np.full(active.size, np.nan),
                                (zeros, zeros), geometries, 0.0, None, dp_noise=central)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .._validation import check_int, check_positive
 from ..algorithms.fedem import V_INIT_CHOICES, FedEM
+from ..algorithms.step_size import STEP_RULES
 from ..compression import make_compressor
 from ..participation import make_participation
 
@@ -19,8 +20,6 @@ RUN_CONFIG_KEYS = {
     "output": "output", "precondition": "precondition", "safeguard": "safeguard",
     "downlink-compressor": "downlink_compressor", "contribution-bound": "contribution_bound",
 }
-#: the named step-size rules (FedEM's ``step_size``)
-STEP_RULES = ("auto", "theory")
 #: TOML has no null: this run-config value of ``alpha`` means "default 1 / (1 + omega)"
 ALPHA_DEFAULT = "default"
 

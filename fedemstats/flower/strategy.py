@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
+from .._io import write_atomic
 from ..algorithms.base import draw_entropy
 from ..algorithms.server import decode_messages, memory_update
 from ..ledger import FLOAT64_BITS
@@ -204,10 +204,11 @@ class FedEMStrategy(Strategy):
                 refused[client] = str(exc)
                 continue
             got[client] = (message, loglik, wire_bytes(reply))
-        norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
-        for client, reason in over_bound(norms, self.settings.contribution_bound).items():
-            refused[client] = reason
-            del got[client]
+        if self.settings.contribution_bound:  # off (0) by default: no norm to decode then
+            norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
+            for client, reason in over_bound(norms, self.settings.contribution_bound).items():
+                refused[client] = reason
+                del got[client]
         for client, reason in sorted(refused.items()):
             # treated as a failed node: its q_i is not applied and its pending commit not confirmed
             logger.warning("round %d: reply of partition %d refused: %s", self.state.round,
@@ -305,10 +306,7 @@ class FedEMStrategy(Strategy):
         path = self.settings.output
         if not path or self.state is None:
             return
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.result(), fh)
-        os.replace(tmp, path)  # readers never see a half-written file
+        write_atomic(path, json.dumps(self.result()))  # readers never see a half-written file
 
 
 def _plain(value):

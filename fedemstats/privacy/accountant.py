@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+from ..participation import BernoulliParticipation
+
 __all__ = ["ACCOUNTANTS", "PrivacyPlan", "dp_event", "epsilon_spent", "calibrate_noise_multiplier",
            "sampling_rate"]
 
@@ -45,7 +47,7 @@ def sampling_rate(participation, n_clients, mode) -> float:
     is conservative.
     """
     inclusion = np.asarray(participation.inclusion(n_clients), dtype=np.float64)
-    if mode != "central" or type(participation).__name__ != "BernoulliParticipation":
+    if mode != "central" or not isinstance(participation, BernoulliParticipation):
         return 1.0
     return float(min(1.0, inclusion.max()))
 
