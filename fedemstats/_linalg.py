@@ -103,7 +103,8 @@ def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
 
 
 def safe_cholesky(A: np.ndarray, reg: float = 0.0):
-    """Lower Cholesky factor of ``A``, repairing ``A`` only if the factorisation fails.
+    """Lower Cholesky factor of ``A``, repairing ``A`` only if the factorisation fails or
+    leaves a pivot below ``EIG_REL_FLOOR`` times the largest variance.
 
     Parameters
     ----------
@@ -119,10 +120,16 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
     repaired : bool
     """
     try:
-        return linalg.cholesky(A, lower=True), A, False
+        L = linalg.cholesky(A, lower=True)
+        # λ_min ≤ every pivot L_jj²: a pivot below the floor means a matrix positive definite
+        # only by round-off (duplicated columns where reg is negligible next to the variances),
+        # whose inverse the next standardisation or conditional would not survive
+        if np.min(np.diagonal(L)) ** 2 >= EIG_REL_FLOOR * np.max(np.diagonal(A)):
+            return L, A, False
     except (linalg.LinAlgError, ValueError):
-        fixed = eigen_floor(A, reg)
-        return linalg.cholesky(fixed, lower=True), fixed, True
+        pass
+    fixed = eigen_floor(A, reg)
+    return linalg.cholesky(fixed, lower=True), fixed, True
 
 
 def inv_cholesky_upper(L: np.ndarray) -> np.ndarray:

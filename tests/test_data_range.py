@@ -28,3 +28,27 @@ def test_the_limits_themselves():
         check_data_range(np.array([[0.0], [0.5 * MIN_DATA_SPREAD]]))
     with pytest.raises(ValueError, match="magnitude"):
         check_data_range(np.array([[0.0], [2.0 * MAX_DATA_MAGNITUDE]]))
+
+
+def test_a_matrix_positive_definite_only_by_round_off_is_repaired():
+    """Found by Hypothesis: duplicated columns at 1e13 (variances 1e26, reg_covar 1e-6 lost in the
+    sum) gave a covariance whose Cholesky succeeded on round-off alone; standardised, its conditional
+    blocks were not positive definite and the imputer failed with numpy's LinAlgError."""
+    from fedemstats._linalg import EIG_REL_FLOOR, safe_cholesky
+    a = 5.5e26
+    A = np.array([[a, a], [a, a * (1.0 + 4.0 * np.finfo(float).eps)]]) + 1e-6 * np.eye(2)
+    L, used, repaired = safe_cholesky(A, 1e-6)
+    assert repaired
+    assert np.linalg.eigvalsh(used).min() >= 0.99 * EIG_REL_FLOOR * a
+    well = np.array([[2.0, 0.5], [0.5, 1.0]])
+    L, used, repaired = safe_cholesky(well)
+    assert not repaired and used is well  # the fast path stays bit-exact
+
+
+def test_imputer_on_duplicated_columns_at_a_large_scale():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2, 2)) @ rng.normal(size=(2, 2)) + rng.normal(size=2) * 3
+    X[:, -1] = X[:, 0]
+    imp = FederatedImputer("gaussian", n_components=2, max_iter=5, random_state=0)
+    imp.fit(X * 1e13, groups=np.zeros(2, dtype=int))
+    assert np.all(np.isfinite(imp.transform(X * 1e13)))
