@@ -89,13 +89,6 @@ def _finite(*arrays):
 
 
 # ---------------------------------------------------------------------- fit or a named refusal
-#: Known failures (found in CI on the merged tree): duplicated columns on a client of 2 rows make the
-#: packed-layout start's Cholesky fail (LinAlgError) instead of a refusal or a finite fit. Open bug.
-DUPLICATED_COLUMNS_BUG = pytest.mark.xfail(strict=False, raises=(AssertionError, Exception),
-                                           reason="duplicated columns on tiny clients: LinAlgError (open bug)")
-
-
-@DUPLICATED_COLUMNS_BUG
 @SETTINGS
 @given(data=datasets(), magnitude=MAGNITUDES, k=st.integers(1, 4),
        ctype=st.sampled_from(["full", "tied", "diag", "spherical"]))
@@ -110,7 +103,6 @@ def test_gmm_fits_finite_or_names_the_argument(data, magnitude, k, ctype):
                 gmm.predict_proba(X))
 
 
-@DUPLICATED_COLUMNS_BUG
 @SETTINGS
 @given(data=datasets(missing=True), magnitude=MAGNITUDES, k=st.integers(1, 4))
 def test_factor_analysis_fits_finite_or_names_the_argument(data, magnitude, k):
@@ -123,7 +115,6 @@ def test_factor_analysis_fits_finite_or_names_the_argument(data, magnitude, k):
         assert (fa.noise_variance_ > 0).all()
 
 
-@DUPLICATED_COLUMNS_BUG
 @SETTINGS
 @given(data=datasets(missing=True), magnitude=MAGNITUDES, model=st.sampled_from(["gaussian", "gmm"]))
 def test_imputer_fits_finite_or_names_the_argument(data, magnitude, model):
