@@ -349,13 +349,12 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
     # weights: the client's rows a centroid stands for (counts of a sample scaled up)
     weights = counts * (federation.sizes / used)[:, None]
-    cents, counts = [centres[keep]], [weights[keep]]
-    n_sent = int(sum(c.shape[0] for c in cents))
+    C, w = centres[keep], weights[keep].astype(np.float64)
+    n_sent = C.shape[0]
     if n_sent < n_components:
         raise TooFewSummariesError(
             f"k-means init: clients sent {n_sent} centroid(s) of >= {min_rows} rows, fewer than "
             f"n_components={n_components}; use init_params='random' or a smaller min_rows.")
-    C, w = np.vstack(cents), np.concatenate(counts).astype(np.float64)
     from sklearn.cluster import KMeans  # lazy: node processes that never init stay light
 
     km = KMeans(n_clusters=n_components, n_init=SERVER_N_INIT,
