@@ -20,19 +20,9 @@ import numpy as np
 from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
                         split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
+from .gmm_params import covariance_matrices
 
-__all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry", "covariance_matrices"]
-
-
-def covariance_matrices(cov, covariance_type, d) -> np.ndarray:
-    """Covariances of any type as (K, d, d) matrices (tied: (1, d, d))."""
-    cov = np.asarray(cov, dtype=np.float64)
-    if covariance_type == "full":
-        return cov
-    if covariance_type == "tied":
-        return cov[None]
-    per_coordinate = cov if covariance_type == "diag" else cov[:, None] * np.ones(d)
-    return per_coordinate[:, :, None] * np.eye(d)[None]
+__all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry"]
 
 
 def _matvec(W, v):
