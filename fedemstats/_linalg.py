@@ -16,7 +16,6 @@ __all__ = [
     "EIG_REL_FLOOR",
     "EIG_ABS_FLOOR",
     "symmetrize",
-    "mirror_upper",
     "logsumexp",
     "eigen_floor",
     "eig_floor_value",
@@ -40,17 +39,6 @@ EIG_ABS_FLOOR = 1e-12
 def symmetrize(A: np.ndarray) -> np.ndarray:
     """``(A + A^T) / 2`` over the last two axes, shape unchanged (..., d, d)."""
     return 0.5 * (A + np.swapaxes(A, -1, -2))
-
-
-def mirror_upper(S: np.ndarray) -> np.ndarray:
-    """In place: copy the strict upper triangle of (..., d, d) blocks to the lower one.
-
-    Kernels that accumulate only the upper triangle of symmetric second moments call
-    this once at the end. Returns ``S``.
-    """
-    iu, ju = np.triu_indices(S.shape[-1], 1)
-    S[..., ju, iu] = S[..., iu, ju]
-    return S
 
 
 def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:

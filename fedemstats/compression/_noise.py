@@ -22,11 +22,9 @@ from numba import njit
 
 from .base import row_sq_norms
 
-__all__ = ["norm2_estimate", "max_norm_estimate", "NORM_ROUND_UP"]
+__all__ = ["norm2_estimate", "max_norm_estimate"]
 
-#: relative round-up of a norm to float32: N(1 − 2**-23) < ||x_b|| <= N
-NORM_ROUND_UP = float(np.finfo(np.float32).eps)
-#: upper-estimate weight of a dithering level |l| in units of (N/s)² (see dither_max_estimate)
+#: upper-estimate weight of a dithering level |l| in units of (N/s)² (see _level_weight_noise)
 _WEIGHT_LEVEL_ONE = 1.0
 _WEIGHT_HIGHER_LEVEL = 0.25
 
@@ -56,8 +54,9 @@ def norm2_estimate(decoded, norms) -> tuple:
     """(signal_sq, noise_sq) of a 2-norm-scaled quantiser, each (n_rows,).
 
     signal_sq = Σ_b N_b², noise_sq = ||q||² − Σ_b N_b² (unbiased given ||x||²).
-    Since N_b is ||x_b|| rounded up to float32, signal_sq over-states ||x||² and
-    noise_sq under-states the noise by less than ``2 * NORM_ROUND_UP * ||x||²``.
+    Since N_b is ||x_b|| rounded up to float32 (N_b(1 − 2**-23) < ||x_b|| <= N_b),
+    signal_sq over-states ||x||² and noise_sq under-states the noise by less than
+    ``2**-22 ||x||²``.
     """
     signal = _norms_sq(norms).sum(axis=1)
     return signal, row_sq_norms(decoded) - signal

@@ -119,8 +119,7 @@ class Compressor:
         ``||Q(x)||^2`` by the variance bound: signal ``||Q(x)||^2 / (1 + ω)`` and noise
         ``ω ||Q(x)||^2 / (1 + ω)`` (an upper estimate when ω is a bound, not attained).
         """
-        decoded = self.decompress(message)
-        total = np.einsum("ij,ij->i", decoded, decoded)
+        total = row_sq_norms(self.decompress(message))
         blocks = message.meta.get("blocks")
         omega = float(self.omega(message.q, None if blocks is None else np.asarray(blocks, dtype=np.int64)))
         return total / (1.0 + omega), total * omega / (1.0 + omega)

@@ -1,14 +1,24 @@
-"""What all mixtures share: the floored responsibility statistic of their T-maps and the
-draw of a component from the responsibilities (posterior sampling)."""
+"""What all mixtures share: responsibilities from joint log-densities, the floored
+responsibility statistic of their T-maps and the draw of a component from the
+responsibilities (posterior sampling)."""
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RESP_FLOOR", "component_mass", "draw_components"]
+from .._linalg import logsumexp
+
+__all__ = ["RESP_FLOOR", "component_mass", "draw_components", "log_norm_resp"]
 
 #: Floor of the responsibility statistic S0_k in a T-map; scikit-learn adds 10*eps to
 #: n_k for the same reason (an empty component must not divide by zero).
 RESP_FLOOR = 10 * np.finfo(np.float64).eps
+
+
+def log_norm_resp(wlp):
+    """``(log p(x), r)`` from the joint log-densities ``log π_k + log p(x | k)`` (n, K):
+    the per-row log-sum-exp (n,) and the responsibilities ``exp(wlp − log p(x))`` (n, K)."""
+    ll = logsumexp(wlp, axis=1)
+    return ll, np.exp(wlp - ll[:, None])
 
 
 def component_mass(resp):

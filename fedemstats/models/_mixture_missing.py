@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg import logsumexp
 from ..layout import sym_size
 from .._validation import check_rng
 from ._conditionals import gaussian_blocks, gaussian_conditionals, second_moment_sums
-from ._mixture import draw_components
+from ._mixture import draw_components, log_norm_resp
 from ._patterns import missing_patterns, rows_per_chunk, segment_owner, segment_sums
 
 __all__ = ["mixture_segment_sums", "mixture_log_likelihood", "impute_mixture"]
@@ -25,8 +24,7 @@ def _responsibilities(logp, weights):
     """Log-likelihood (c,) and responsibilities (c, K) from component log-densities."""
     with np.errstate(divide="ignore"):
         wlp = logp + np.log(weights)[None, :]
-    ll = logsumexp(wlp, axis=1)
-    return ll, np.exp(wlp - ll[:, None])
+    return log_norm_resp(wlp)
 
 
 def mixture_segment_sums(X, seg, weights, means, covs, shift, diag=False):

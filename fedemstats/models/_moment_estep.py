@@ -19,7 +19,7 @@ from .._linalg import LOG_2PI
 from ..layout import upper_indices
 from ._conditionals import gaussian_blocks
 
-__all__ = ["factor_group_sums", "gaussian_group_sums"]
+__all__ = ["factor_group_sums", "gaussian_group_sums", "factor_pattern_blocks"]
 
 
 def _centred(gm, mean):
@@ -36,17 +36,25 @@ def _loglik(gm, logdet, quad, log_scale):
     return -0.5 * (n * obs.sum(axis=1) * LOG_2PI + n * logdet[gm.pattern] + quad) - n * (obs @ log_scale)
 
 
-def _factor_pattern_terms(theta, patterns):
-    """Per pattern: ``G = Cov[z | x_o]``, ``A = diag(o/ψ) Λ G`` (d, k), ``F = G⁻¹``, log det Σ_oo."""
+def factor_pattern_blocks(theta, patterns):
+    """Per pattern: ``G = Cov[z | x_o]`` (P, k, k), ``log det Σ_oo`` (P,) and ``F = G⁻¹`` (P, k, k).
+
+    ``F = I + Λ_oᵀ Ψ_o⁻¹ Λ_o`` (the Woodbury form of ``Σ_oo⁻¹``), factorised once per pattern.
+    """
     W, psi = theta.components, theta.noise_variance
-    k = W.shape[0]
     ipsi = patterns / psi[None]
-    F = np.einsum("kj,pj,lj->pkl", W, ipsi, W) + np.eye(k)[None]
+    F = np.einsum("kj,pj,lj->pkl", W, ipsi, W) + np.eye(W.shape[0])[None]
     Lf = np.linalg.cholesky(F)
+    logdet_f = 2.0 * np.sum(np.log(np.diagonal(Lf, axis1=-2, axis2=-1)), axis=-1)
     Li = np.linalg.inv(Lf)
     G = np.swapaxes(Li, -1, -2) @ Li
-    A = (ipsi[:, :, None] * W.T[None]) @ G
-    logdet = patterns @ np.log(psi) + 2.0 * np.sum(np.log(np.diagonal(Lf, axis1=-2, axis2=-1)), axis=-1)
+    return G, patterns @ np.log(psi) + logdet_f, F
+
+
+def _factor_pattern_terms(theta, patterns):
+    """Per pattern: ``G = Cov[z | x_o]``, ``A = diag(o/ψ) Λ G`` (d, k), ``F = G⁻¹``, log det Σ_oo."""
+    G, logdet, F = factor_pattern_blocks(theta, patterns)
+    A = ((patterns / theta.noise_variance[None])[:, :, None] * theta.components.T[None]) @ G
     return G, A, F, logdet
 
 

@@ -30,7 +30,7 @@ __all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummar
            "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
            "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
            "standardising_shift_scale",
-           "local_kmeans", "init_kmeans_summaries", "filled_kmeans_summaries"]
+           "init_kmeans_summaries", "filled_kmeans_summaries"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
 #: so that no centroid is close to a single raw row.
@@ -311,13 +311,6 @@ def standardising_shift_scale(federation) -> dict:
 
 
 # ---------------------------------------------------------------------- k-means summaries
-def local_kmeans(Xi, k, rng):
-    """k-means++ seeding and a few Lloyd steps on one client's rows: (centroids, counts)."""
-    centres, counts, _ = local_kmeans_all(Xi, np.array([0, Xi.shape[0]]), np.array([k]), rng, LOCAL_LLOYD_ITER,
-                                          LOCAL_KMEANS_MAX_ROWS)
-    return centres[0], counts[0]
-
-
 def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial centres from clients' local k-means summaries.
 
@@ -356,13 +349,12 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
     # weights: the client's rows a centroid stands for (counts of a sample scaled up)
     weights = counts * (federation.sizes / used)[:, None]
-    cents, counts = [centres[keep]], [weights[keep]]
-    n_sent = int(sum(c.shape[0] for c in cents))
+    C, w = centres[keep], weights[keep].astype(np.float64)
+    n_sent = C.shape[0]
     if n_sent < n_components:
         raise TooFewSummariesError(
             f"k-means init: clients sent {n_sent} centroid(s) of >= {min_rows} rows, fewer than "
             f"n_components={n_components}; use init_params='random' or a smaller min_rows.")
-    C, w = np.vstack(cents), np.concatenate(counts).astype(np.float64)
     from sklearn.cluster import KMeans  # lazy: node processes that never init stay light
 
     km = KMeans(n_clusters=n_components, n_init=SERVER_N_INIT,

@@ -21,7 +21,7 @@ from .._linalg import LOG_2PI, safe_cholesky, symmetrize
 from .._validation import check_int
 from ..layout import SYMMETRIC, StatLayout, upper_indices
 from ._group_moments import moments_or_rows
-from ._moment_estep import factor_group_sums
+from ._moment_estep import factor_group_sums, factor_pattern_blocks
 from ._patterns import missing_patterns, rows_per_chunk, segment_sums
 from ._summaries import check_shift_scale, nan_moments, standardising_shift_scale
 from .base import Model
@@ -63,18 +63,6 @@ class FactorParams:
         return self.components.T @ self.components + np.diag(self.noise_variance)
 
 
-def _pattern_blocks(theta, patterns):
-    """Per pattern ``G_o`` (P, k, k) and ``log det Σ_oo`` (P,)."""
-    W, psi = theta.components, theta.noise_variance
-    ipsi = patterns / psi[None]
-    F = np.einsum("kj,pj,lj->pkl", W, ipsi, W) + np.eye(W.shape[0])[None]
-    Lf = np.linalg.cholesky(F)
-    logdet_f = 2.0 * np.sum(np.log(np.diagonal(Lf, axis1=-2, axis2=-1)), axis=-1)
-    Li = np.linalg.inv(Lf)
-    G = np.swapaxes(Li, -1, -2) @ Li
-    return G, patterns @ np.log(psi) + logdet_f
-
-
 def factor_posterior(X, observed, pat, theta, blocks):
     """Posterior of the factors given the observed block.
 
@@ -84,7 +72,7 @@ def factor_posterior(X, observed, pat, theta, blocks):
     observed : ndarray of bool of shape (c, d)
     pat : ndarray of int of shape (c,)
     theta : FactorParams
-    blocks : tuple (G, logdet) from the row patterns
+    blocks : tuple (G, logdet, F) from the row patterns (:func:`._moment_estep.factor_pattern_blocks`)
 
     Returns
     -------
@@ -125,7 +113,7 @@ def _row_stats(X, observed, pat, theta, blocks, shift):
 def _chunked(X, theta, row_fn, width, seg=None):
     observed = ~np.isnan(X)
     patterns, pat = missing_patterns(observed)
-    blocks = _pattern_blocks(theta, patterns)
+    blocks = factor_pattern_blocks(theta, patterns)
     seg = np.array([0, X.shape[0]]) if seg is None else seg
     k = theta.components.shape[0]
     fn = lambda a, b: row_fn(X[a:b], observed[a:b], pat[a:b], blocks)  # noqa: E731
@@ -137,7 +125,7 @@ def _all_rows(X, theta):
     X = np.asarray(X, dtype=np.float64)
     observed = ~np.isnan(X)
     patterns, pat = missing_patterns(observed)
-    return factor_posterior(X, observed, pat, theta, _pattern_blocks(theta, patterns))
+    return factor_posterior(X, observed, pat, theta, factor_pattern_blocks(theta, patterns))
 
 
 def factor_log_likelihood(X, theta):

@@ -45,7 +45,7 @@ class FactorGeometry(Geometry):
     def __init__(self, model, theta, s_hat):
         sd = model.scale
         parts = model.layout.unpack(np.asarray(s_hat, dtype=np.float64))
-        R, _, bad = whitening_factors(parts["sum_zz"][None])
+        R, R_inv, bad = whitening_factors(parts["sum_zz"][None])
         if bad[0]:
             raise np.linalg.LinAlgError("S_zz cannot whiten")
         lam = np.concatenate([np.asarray(theta.components).T, (np.asarray(theta.mean) - model.shift)[:, None]],
@@ -56,7 +56,7 @@ class FactorGeometry(Geometry):
         self.lam = np.where(self.fallback[:, None], 0.0, lam)
         self.psi = np.where(self.fallback, 1.0, psi)
         self.R = R[0]
-        self.R_inv = np.linalg.inv(self.R)
+        self.R_inv = R_inv[0]
         self.layout = model.layout
         self.blocks = split_blocks(model.layout, {})
 

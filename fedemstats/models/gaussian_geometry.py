@@ -40,10 +40,9 @@ class GaussianGeometry(Geometry):
     def __init__(self, model, theta, s_hat=None):
         sd = model.scale
         mean = (np.asarray(theta.mean, dtype=np.float64) - model.shift) / sd
-        L, _, bad = whitening_factors((np.asarray(theta.covariance, dtype=np.float64) / np.outer(sd, sd))[None])
+        L, L_inv, bad = whitening_factors((np.asarray(theta.covariance, dtype=np.float64) / np.outer(sd, sd))[None])
         if bad[0] or not np.all(np.isfinite(mean)):
             raise np.linalg.LinAlgError("the covariance cannot whiten (or the mean is not finite)")
-        L_inv = np.linalg.inv(L)
         reg = model.reg_covar * np.matmul(L_inv / sd ** 2, np.swapaxes(L_inv, -1, -2))
         self.layout = model.layout
         self.map = MomentWhitening("full", mean[None], L, L[0], reg)

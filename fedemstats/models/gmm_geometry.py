@@ -20,19 +20,9 @@ import numpy as np
 from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
                         split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
+from .gmm_params import covariance_matrices
 
-__all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry", "covariance_matrices"]
-
-
-def covariance_matrices(cov, covariance_type, d) -> np.ndarray:
-    """Covariances of any type as (K, d, d) matrices (tied: (1, d, d))."""
-    cov = np.asarray(cov, dtype=np.float64)
-    if covariance_type == "full":
-        return cov
-    if covariance_type == "tied":
-        return cov[None]
-    per_coordinate = cov if covariance_type == "diag" else cov[:, None] * np.ones(d)
-    return per_coordinate[:, :, None] * np.eye(d)[None]
+__all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry"]
 
 
 def _matvec(W, v):
@@ -70,7 +60,7 @@ class MomentWhitening:
     def __init__(self, covariance_type, m, L, L2, reg):
         self.ct, self.m, self.reg = covariance_type, m, reg
         self.L, self.L_inv = L, np.linalg.inv(L)
-        self.L2, self.L2_inv = L2, np.linalg.inv(L2)
+        self.L2, self.L2_inv = L2, (self.L_inv if L2 is L else np.linalg.inv(L2))
         if covariance_type in ("diag", "spherical"):
             var = np.diagonal(L2, axis1=-2, axis2=-1) ** 2
             self.var = var if covariance_type == "diag" else var[:, 0]
@@ -158,19 +148,19 @@ class GMMGeometry(Geometry):
         self.unchecked = ~(np.asarray(theta.weights) >= MIN_WEIGHT) | ~np.all(np.isfinite(means), axis=1)
         cov = covariance_matrices(theta.covariances, ct, d)
         if ct == "tied":
-            L2, _, bad = whitening_factors(cov)
+            L2, L2_inv, bad = whitening_factors(cov)
             if bad[0]:
                 raise np.linalg.LinAlgError("the tied covariance cannot whiten")
-            L2 = L2[0]
+            L2, L2_inv = L2[0], L2_inv[0]
             self.fallback = self.unchecked.copy()
             L = np.where(self.fallback[:, None, None], np.eye(d), L2)
         else:
-            L, _, bad = whitening_factors(cov, ~self.unchecked)
+            L, L2_inv, bad = whitening_factors(cov, ~self.unchecked)
             self.fallback = self.unchecked | bad
             L2 = L
         log_fallback("GMM geometry", "components", self.fallback)
         m = np.where(self.fallback[:, None], 0.0, means)
-        self.map = MomentWhitening(ct, m, L, L2, _whitened_reg(ct, L2, model.reg_covar))
+        self.map = MomentWhitening(ct, m, L, L2, _whitened_reg(ct, L2_inv, model.reg_covar))
         self.cov_checked = np.ones(1, bool) if ct == "tied" else ~self.fallback
         self.blocks = split_blocks(model.layout, {"sum_x": K, "sum_xx": K if ct in ("full", "diag") else 1})
 
@@ -191,9 +181,8 @@ class GMMGeometry(Geometry):
         return weights_ok & np.all((lam >= TRUST_RATIO) | ~self.cov_checked, axis=1)
 
 
-def _whitened_reg(ct, L2, reg):
-    """``reg_covar I`` in whitened units: ``reg L⁻¹ L⁻ᵀ`` (diag: ``reg / σ²``)."""
-    L_inv = np.linalg.inv(L2)
+def _whitened_reg(ct, L_inv, reg):
+    """``reg_covar I`` in whitened units: ``reg L⁻¹ L⁻ᵀ`` (diag: ``reg / σ²``), from ``L⁻¹``."""
     P = reg * np.matmul(L_inv, np.swapaxes(L_inv, -1, -2))
     if ct == "diag":
         return np.diagonal(P, axis1=-2, axis2=-1)

@@ -14,7 +14,8 @@ import numpy as np
 from .._linalg import check_spd, inv_cholesky_upper, precision_cholesky_from_precision, safe_cholesky
 
 __all__ = ["GMMParams", "make_params", "COVARIANCE_TYPES", "check_covariance_type", "covariance_shape",
-           "as_matrices", "precisions_from_cholesky", "shared_covariances", "full_covariances"]
+           "as_matrices", "precisions_from_cholesky", "shared_covariances", "full_covariances",
+           "covariance_matrices"]
 
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 #: Tolerance on sum(weights) == 1 in make_params.
@@ -97,11 +98,18 @@ class GMMParams:
         return int(self.means.shape[1])
 
 
+def covariance_matrices(cov, covariance_type, d) -> np.ndarray:
+    """Covariances of any type as (K, d, d) matrices (tied: (1, d, d), as :func:`as_matrices`)."""
+    cov = np.asarray(cov, dtype=np.float64)
+    if covariance_type in ("full", "tied"):
+        return as_matrices(cov, covariance_type)
+    per_coordinate = cov if covariance_type == "diag" else cov[:, None] * np.ones(d)
+    return per_coordinate[:, :, None] * np.eye(d)[None]
+
+
 def full_covariances(theta: GMMParams) -> np.ndarray:
     """Covariances as (K, d, d) matrices for the per-component ``"full"`` and ``"diag"`` types."""
-    if theta.covariance_type == "full":
-        return theta.covariances
-    return theta.covariances[:, :, None] * np.eye(theta.n_features)[None]
+    return covariance_matrices(theta.covariances, theta.covariance_type, theta.n_features)
 
 
 def make_params(weights, means, covariances=None, precisions=None, covariance_type="full", *,

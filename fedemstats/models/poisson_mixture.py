@@ -16,7 +16,7 @@ from scipy.special import gammaln
 from .._linalg import logsumexp
 from .._validation import check_int, check_rng
 from ..layout import StatLayout
-from ._mixture import component_mass, draw_components
+from ._mixture import component_mass, draw_components, log_norm_resp
 from ._patterns import rows_per_chunk, segment_sums
 from ._summaries import SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
 from .base import Model
@@ -77,8 +77,7 @@ def _log_joint(X, observed, theta):
 def poisson_row_stats(X, observed, theta):
     """Per-row ``[r (K), r_k E[y | y_o, k] (K*d), loglik]``, shape (c, K + K*d + 1)."""
     wlp, y = _log_joint(X, observed, theta)
-    ll = logsumexp(wlp, axis=1)
-    r = np.exp(wlp - ll[:, None])
+    ll, r = log_norm_resp(wlp)
     filled = np.where(observed[:, None, :], y[:, None, :], theta.rates[None])
     c = X.shape[0]
     return np.concatenate([r, (r[:, :, None] * filled).reshape(c, -1), ll[:, None]], axis=1)
@@ -146,8 +145,7 @@ class PoissonMixtureModel(Model):
     def responsibilities(self, X, theta) -> np.ndarray:
         """Posterior class probabilities from the observed counts, shape (n, K)."""
         X = np.asarray(X, dtype=np.float64)
-        wlp, _ = _log_joint(X, ~np.isnan(X), theta)
-        return np.exp(wlp - logsumexp(wlp, axis=1)[:, None])
+        return log_norm_resp(_log_joint(X, ~np.isnan(X), theta)[0])[1]
 
     def n_parameters(self, theta) -> int:
         K, d = self.n_components, self.n_features
