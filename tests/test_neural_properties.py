@@ -21,24 +21,19 @@ Profiles: the default one is fast enough for ``make test``;
 profiles are applied per test, not loaded globally, so other test modules keep
 their own Hypothesis settings.
 """
-import os
 import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
+
+from _hypothesis_profiles import profile
 
 from fedemstats.estimators.neural import METHODS, FederatedMLPClassifier
 from fedemstats.neural import TrainingDivergedError
 
-# database=None: no example directory is written into the checkout.
-settings.register_profile("neural-default", max_examples=100, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("neural-long", max_examples=1500, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-PROFILE = settings.get_profile("neural-long" if os.environ.get("HYPOTHESIS_PROFILE") == "long"
-                               else "neural-default")
+PROFILE = profile("neural", 100, 1500)
 # Determinism needs two fits per example: a quarter of the examples is enough.
 SEED_PROFILE = settings(PROFILE, max_examples=max(1, PROFILE.max_examples // 4))
 
