@@ -224,7 +224,7 @@ class Algorithm:
         return state
 
     # ------------------------------------------------------------------ server half
-    def server_step(self, state, weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol=None,
+    def server_step(self, state, weights, active, pi, sums, loglik, noise, geometries, alpha, tol=None,
                     dp_noise=None) -> dict:
         """Server half of round k -> k+1, in place on ``state``; pure given its inputs.
 
@@ -235,8 +235,8 @@ class Algorithm:
         weights : ndarray of shape (n_clients,)
         active : ndarray of int of shape (m,)
         pi : ndarray of shape (m,)
-        q_rows : ndarray of shape (m, q)
-            Decoded messages (raw coordinates).
+        sums : tuple of ndarray of shape (q,)
+            :func:`.server.weighted_sums` of the decoded messages (raw coordinates).
         loglik : ndarray of shape (m,)
             ℓ_i(θ_k) reported by the active clients.
         noise : tuple of ndarray of shape (m,)
@@ -261,7 +261,7 @@ class Algorithm:
         ctl, cs, k = self.controller(weights.shape[0], state.budget), state.control, state.round
         geometry, coords = geometries
         w = weights[active]
-        h, state.v = direction(state.v, q_rows, w, pi, alpha)
+        h, state.v = direction(state.v, sums, alpha)
         if dp_noise is not None:
             h = h + dp_noise
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)

@@ -11,11 +11,17 @@ import numpy as np
 from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from .base import V_INIT_CHOICES, Algorithm, draw_entropy
-from .server import DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update, server_update
+from .server import (DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update, server_update,
+                     weighted_sums)
 from .streams import round_streams
 
 __all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
-           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES"]
+
+#: Statistic entries (clients × q) a round simulates at once: bounds its temporaries to a
+#: few arrays of 32 MiB, whatever the number of clients (:meth:`FedEM.client_half`).
+CHUNK_ENTRIES = 1 << 22
+
 
 class FedEM(Algorithm):
     """Federated EM with compression, partial participation and control variates.
@@ -63,18 +69,8 @@ class FedEM(Algorithm):
         active, pi = self.participation.sample(k, federation.n_clients, rng)
         theta = model.t_map(state.s_hat)
         geometries = self.round_geometries(theta, state.s_hat, federation.n_clients)
-        coords = geometries[1]
-        if active.size:
-            stats, loglik = model.client_stats(federation, theta, active, self.batch_size, rng)
-            message, q_rows, v_new = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
-                                                   alpha, round_streams(state.entropy, k, active), coords)
-            state.v_clients[active] = v_new
-            uplink = self.compressor.bits(message) + active.size * FLOAT64_BITS
-            noise = self.compressor.noise_estimate(message)
-        else:
-            q_rows, loglik, uplink = np.empty((0, model.q)), np.empty(0), 0
-            noise = (np.empty(0), np.empty(0))
-        row = self.server_step(state, federation.weights, active, pi, q_rows, loglik, noise, geometries, alpha, tol)
+        sums, loglik, noise, uplink = self.client_half(state, federation, theta, active, pi, geometries[1], alpha, rng)
+        row = self.server_step(state, federation.weights, active, pi, sums, loglik, noise, geometries, alpha, tol)
         # the active clients fetched Ŝ_k (missed updates or the full vector) before computing
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
@@ -82,6 +78,43 @@ class FedEM(Algorithm):
                        h_norm2=self.h_norm2(federation, state.s_hat),
                        n_cond_exp=self._n_rows_used(federation, active), **row)
         return state
+
+    def client_half(self, state, federation, theta, active, pi, coords, alpha, rng):
+        """The active clients' half of round k, simulated in chunks of clients.
+
+        Each chunk computes its statistics, compresses, updates its memories in
+        ``state.v_clients`` and adds to the server's :func:`.server.weighted_sums`, so a
+        round holds O(chunk × q) temporaries besides the memories however many clients
+        take part (issue 15: 100,000 clients). Chunking changes nothing a client computes:
+        its quantisation stream is keyed by its id (:func:`.streams.round_streams`) and
+        mini-batch draws continue one stream in client order.
+
+        Returns
+        -------
+        sums : tuple of ndarray of shape (q,)
+        loglik : ndarray of shape (m,)
+        noise : tuple of ndarray of shape (m,)
+            (signal², noise²) of each message.
+        uplink : int
+            Bits sent up.
+        """
+        q, k = self.model.q, state.round
+        sums = (np.zeros(q), np.zeros(q))
+        loglik, signal, noise, uplink = [np.empty(0)], [np.empty(0)], [np.empty(0)], 0
+        step = max(1, CHUNK_ENTRIES // q)
+        for start in range(0, active.size, step):
+            chunk, w = active[start:start + step], federation.weights[active[start:start + step]]
+            stats, ll = self.model.client_stats(federation, theta, chunk, self.batch_size, rng)
+            message, q_rows, state.v_clients[chunk] = client_update(
+                stats, state.s_hat, state.v_clients[chunk], self.compressor, alpha,
+                round_streams(state.entropy, k, chunk), coords)
+            del stats  # the chunk's largest temporaries go before the next chunk's
+            part = weighted_sums(q_rows, w, pi[start:start + step])
+            sums = (sums[0] + part[0], sums[1] + part[1])
+            sig, noi = self.compressor.noise_estimate(message)
+            loglik.append(ll), signal.append(sig), noise.append(noi)
+            uplink += self.compressor.bits(message) + chunk.size * FLOAT64_BITS
+        return sums, np.concatenate(loglik), (np.concatenate(signal), np.concatenate(noise)), uplink
 
     def _n_rows_used(self, federation, active) -> int:
         """Rows whose conditional expectation the round computed (min(b, m_i) per client)."""

@@ -30,7 +30,7 @@ from ..privacy import (PrivacyPlan, calibrate_noise_multiplier, check_privacy, c
 from .controller import StepController
 from .fedem import FedEM
 from .private_stats import clipped_contributions, sensitivity
-from .server import client_update
+from .server import client_update, weighted_sums
 from .state import draw_entropy
 from .step_size import make_step_size
 from .streams import round_streams
@@ -208,9 +208,9 @@ class PrivateFedEM(FedEM):
             if self.privacy.mode == "central":
                 # the release still happens (an empty sum plus noise), as the accountant assumes
                 central = self.central_noise(dp, n, rng)
-        zeros = np.zeros(active.size)
-        row = self.server_step(state, np.full(n, 1.0 / n), active, pi, q_rows, np.full(active.size, np.nan),
-                               (zeros, zeros), geometries, 0.0, None, dp_noise=central)
+        zeros, weights = np.zeros(active.size), np.full(n, 1.0 / n)
+        row = self.server_step(state, weights, active, pi, weighted_sums(q_rows, weights[active], pi),
+                               np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None, dp_noise=central)
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["client_update", "server_update", "direction", "memory_update", "decode_messages",
+__all__ = ["client_update", "server_update", "direction", "weighted_sums", "memory_update", "decode_messages",
            "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
 
 #: Ŝ growing beyond this factor of its initial magnitude means the iterates have left any
@@ -100,15 +100,36 @@ def server_update(s_hat, v, q_rows, weights, inclusion, gamma, alpha):
     s_hat_new, v_new, h : ndarray of shape (q,)
         Ŝ_{k+1}, V_{k+1} and the direction H_{k+1}.
     """
-    h, v_new = direction(v, q_rows, weights, inclusion, alpha)
+    h, v_new = direction(v, weighted_sums(q_rows, weights, inclusion), alpha)
     return s_hat + gamma * h, v_new, h
 
 
-def direction(v, q_rows, weights, inclusion, alpha):
-    """H_{k+1} = V_k + Σ (w_i/π_i) q_i and V_{k+1} = V_k + α Σ w_i q_i (H = V if no client)."""
+def weighted_sums(q_rows, weights, inclusion):
+    """The two sums the server needs from the decoded messages of a round.
+
+    Parameters
+    ----------
+    q_rows : ndarray of shape (m, q)
+        Decoded messages of ``m`` active clients (m may be 0).
+    weights, inclusion : ndarray of shape (m,)
+        Their weights w_i and inclusion probabilities π_i.
+
+    Returns
+    -------
+    sums : tuple of ndarray of shape (q,)
+        (Σ (w_i/π_i) q_i, Σ w_i q_i). Sums over disjoint groups of clients add up, so a
+        round may decode its clients in chunks (:meth:`FedEM.round` bounds its memory so).
+    """
     if not q_rows.shape[0]:
-        return v.copy(), v.copy()
-    return v + (weights / inclusion) @ q_rows, v + alpha * (weights @ q_rows)
+        return np.zeros(q_rows.shape[1]), np.zeros(q_rows.shape[1])
+    return (weights / inclusion) @ q_rows, weights @ q_rows
+
+
+def direction(v, sums, alpha):
+    """H_{k+1} = V_k + Σ (w_i/π_i) q_i and V_{k+1} = V_k + α Σ w_i q_i (H = V if no client),
+    from the round's :func:`weighted_sums`."""
+    horvitz_thompson, plain = sums
+    return v + horvitz_thompson, v + alpha * plain
 
 
 def decode_messages(compressor, messages, geometry, q):

@@ -23,7 +23,7 @@ from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from ..participation import FullParticipation
 from .base import Algorithm
-from .server import client_update
+from .server import client_update, weighted_sums
 from .step_size import vr_fedem_batch_size
 from .streams import round_streams
 
@@ -154,7 +154,8 @@ class VRFedEM(Algorithm):
             ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha,
             round_streams(state.entropy, state.round, everyone), geometries[1])
         ex["s_prev"] = state.s_hat
-        row = self.server_step(state, federation.weights, everyone, np.ones(n), q_rows, ex["loglik"],
+        row = self.server_step(state, federation.weights, everyone, np.ones(n),
+                               weighted_sums(q_rows, federation.weights, np.ones(n)), ex["loglik"],
                                self.compressor.noise_estimate(message), geometries, alpha, tol)
         ex["inner"] += 1
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS

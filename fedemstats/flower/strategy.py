@@ -23,7 +23,7 @@ from flwr.serverapp.strategy import Strategy
 
 from .._io import write_atomic
 from ..algorithms.base import draw_entropy
-from ..algorithms.server import decode_messages, memory_update
+from ..algorithms.server import decode_messages, memory_update, weighted_sums
 from ..ledger import FLOAT64_BITS
 from . import protocol as P
 from .node_state import NO_ROUND
@@ -239,7 +239,8 @@ class FedEMStrategy(Strategy):
             # a node sent the full Ŝ holds no previous iterate; one sent updates does
             self.confirmed_fresh[i] = self._pending_full[int(i)]
             self.resync_v[i] = self.resync_v[i] and not self._pending_full[int(i)]
-        step = algo.server_step(st, self.weights, idx, pi, q_rows, loglik, noise, geometries, self.alpha)
+        step = algo.server_step(st, self.weights, idx, pi, weighted_sums(q_rows, self.weights[idx], pi), loglik, noise,
+                                geometries, self.alpha)
         self.updates.append(st.downlink.last)
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         row = self._log_round(
