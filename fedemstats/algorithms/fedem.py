@@ -16,7 +16,7 @@ from .server import (DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_u
 from .streams import round_streams
 
 __all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
-           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES"]
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES", "weighted_sums"]
 
 #: Statistic entries (clients × q) a round simulates at once: bounds its temporaries to a
 #: few arrays of 32 MiB, whatever the number of clients (:meth:`FedEM.client_half`).
