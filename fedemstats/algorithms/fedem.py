@@ -104,9 +104,12 @@ class FedEM(Algorithm):
         step = max(1, CHUNK_ENTRIES // q)
         for start in range(0, active.size, step):
             chunk, w = active[start:start + step], federation.weights[active[start:start + step]]
+            # a run of consecutive clients (full participation) reads and writes its memories
+            # in place instead of gathering and scattering them
+            rows = slice(chunk[0], chunk[-1] + 1) if bool(np.all(np.diff(chunk) == 1)) else chunk
             stats, ll = self.model.client_stats(federation, theta, chunk, self.batch_size, rng)
-            message, q_rows, state.v_clients[chunk] = client_update(
-                stats, state.s_hat, state.v_clients[chunk], self.compressor, alpha,
+            message, q_rows, state.v_clients[rows] = client_update(
+                stats, state.s_hat, state.v_clients[rows], self.compressor, alpha,
                 round_streams(state.entropy, k, chunk), coords)
             del stats  # the chunk's largest temporaries go before the next chunk's
             part = weighted_sums(q_rows, w, pi[start:start + step])
