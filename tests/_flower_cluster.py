@@ -180,9 +180,10 @@ class Cluster:
         assert done.returncode == 0, f"flwr {' '.join(args)}:\n{done.stdout}{done.stderr}"
         return done.stdout
 
-    def flwr_run(self, **config):
+    def flwr_run(self, app_dir=APP_DIR, **config):
+        """``flwr run`` of the Flower app in ``app_dir`` (default the example's) with run config ``config``."""
         values = " ".join(f"{k}={json.dumps(v)}" for k, v in config.items())
-        return self.flwr("run", str(APP_DIR), "test", "--run-config", values)
+        return self.flwr("run", str(app_dir), "test", "--run-config", values)
 
     def nodes(self):
         """{node id: status} from ``flwr supernode list``."""

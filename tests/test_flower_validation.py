@@ -1,9 +1,13 @@
 """Reply validation on Flower (issue 13): the validator itself, and a poisoning run.
 
-Faults are injected by a test-only wrapper around the real ClientApp (:class:`_Poison`):
-the production node and strategy code paths are the ones deployed.
+Faults are injected by the test-only Flower app ``tests/flower_poison_app`` (a Flower
+mod on the real ClientApp's ``train`` handler, :mod:`flower_poison.faults`), the same
+app the loopback deployment test deploys: the production node and strategy code paths
+are the ones deployed.
 """
 import logging
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip in
 from flwr.app import MetricRecord, RecordDict  # noqa: E402
 
 from fedemstats.compression import make_compressor  # noqa: E402
-from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem, make_client_app  # noqa: E402
+from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem  # noqa: E402
 from fedemstats.flower import protocol as P  # noqa: E402
 from fedemstats.flower.records import compressed_to_records, from_array_record, to_array_record  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
@@ -22,11 +26,14 @@ from fedemstats.flower.validation import (InvalidReply, check_description, check
                                           check_stats_reply, over_bound)
 from fedemstats.participation import FixedSizeParticipation, WithAbsences  # noqa: E402
 
+# the test app folder holds the one fault-injection module (it is bundled for the deployment too)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "flower_poison_app"))
+from flower_poison.faults import (INJECTED, RUN_CONFIG_KEY, absent_of, format_faults,  # noqa: E402
+                                  parse_faults, poisoned_client_app)
+
 #: equivalence tolerance of the acceptance criteria (never loosened)
 TOL = 1e-10
 N_PARTS = 10
-#: the poisoned norm: a well-formed message scaled by this
-BLOW_UP = 1e6
 #: contribution bound of the poisoning test: honest replies of this federation stay within
 #: 2 x the round's median norm (measured 1.2-1.9), the blown-up one is 1e6 x
 BOUND = 10.0
@@ -177,46 +184,6 @@ def test_with_absences_keeps_design_draws():
 
 
 # ---------------------------------------------------------------------- the poisoning run
-def _blow_up(arrays):
-    arrays["norms"] = (arrays["norms"] * BLOW_UP).astype(np.float32)
-
-
-def _nan(arrays):
-    arrays["norms"] = arrays["norms"].copy()
-    arrays["norms"][0, 0] = np.nan
-
-
-def _truncate(arrays):
-    arrays["codes"] = arrays["codes"][:, :-1]
-
-
-FAULTS = {"nan": _nan, "blow-up": _blow_up, "wrong-length": _truncate}
-
-
-class _Poison:
-    """A ClientApp wrapper that corrupts the ``train`` reply of (Flower round, partition).
-
-    The node itself ran normally (its state holds the pending q_i of that round), so the
-    server's refusal must be handled like a reply lost after the node computed it.
-    """
-
-    def __init__(self, app, faults):
-        self.app, self.faults, self.done = app, dict(faults), []
-
-    def __call__(self, message, context):
-        reply = self.app(message, context)
-        if message.metadata.message_type != P.ROUND or reply.has_error():
-            return reply
-        config = message.content[P.CONFIG]
-        key = (int(config["round"]) + 1, int(config[P.PARTITION_ID]))
-        if key in self.faults:
-            arrays = from_array_record(reply.content[P.PAYLOAD])
-            FAULTS[self.faults[key]](arrays)
-            reply.content[P.PAYLOAD] = to_array_record(**arrays)
-            self.done.append(key)
-        return reply
-
-
 #: (Flower round, partition) -> fault; round 1's messages are exactly zero under the
 #: mean-field start (Δ_i = 0), so the bound has no median to judge by there
 POISON = {(2, 2): "nan", (2, 5): "blow-up", (2, 7): "wrong-length",
@@ -225,33 +192,31 @@ POISON_SETTINGS = FedEMSettings(n_rounds=5, compressor="dither:s=4", participati
                                 contribution_bound=BOUND)
 
 
-def _absent(faults):
-    out = {}
-    for (round_, pid), _ in faults.items():
-        out.setdefault(round_, []).append(pid)
-    return out
-
-
-def _poisoned_run(tmp_path, settings, faults):
+def _poisoned_run(tmp_path, caplog, settings, faults):
+    """The in-process run of the deployment test's app: the same ClientApp and the faults in
+    its run config (:mod:`flower_poison.faults`)."""
     write = write_partitions(tmp_path, N_PARTS, rows=40, dim=3, n_components=2, seed=3)
-    app = _Poison(make_client_app(GMMProblem), faults)
-    grid = LocalGrid(app, [{"partition-id": i, "data-dir": str(tmp_path)} for i in range(N_PARTS)])
-    result = FedEMStrategy(GMMProblem(2), settings).start(grid)
-    assert sorted(app.done) == sorted(faults)  # every fault was injected
+    app = poisoned_client_app(GMMProblem)
+    grid = LocalGrid(app, [{"partition-id": i, "data-dir": str(tmp_path)} for i in range(N_PARTS)],
+                     run_config={RUN_CONFIG_KEY: format_faults(faults)})
+    with caplog.at_level(logging.WARNING):
+        result = FedEMStrategy(GMMProblem(2), settings).start(grid)
+    injected = [r.args[:2] for r in caplog.records if r.msg == INJECTED]
+    assert sorted(injected) == sorted(faults)  # every fault was injected, once
     return result, write
 
 
 def test_poisoned_replies_are_dropped_logged_and_match_absent_clients(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="fedemstats.flower")
-    result, parts = _poisoned_run(tmp_path, POISON_SETTINGS, POISON)
-    absent = _absent(POISON)
+    result, parts = _poisoned_run(tmp_path, caplog, POISON_SETTINGS, POISON)
+    absent = absent_of(POISON)
     rows = result["history"]
     for round_ in range(1, POISON_SETTINGS.n_rounds + 1):
-        expected = sorted(absent.get(round_, []))
+        expected = absent.get(round_, [])
         assert rows[round_]["refused_partitions"] == expected, round_
         assert rows[round_]["failed_partitions"] == expected, round_
         assert rows[round_]["n_active"] == N_PARTS - len(expected)
-    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    refusals = [r.getMessage() for r in caplog.records
+                if r.name.startswith("fedemstats.flower") and "refused" in r.getMessage()]
     assert any("partition 2 refused" in m and "NaN" in m for m in refusals), refusals
     assert any("partition 5 refused" in m and "median" in m for m in refusals), refusals
     assert any("partition 7 refused" in m and "shape" in m for m in refusals), refusals
@@ -267,11 +232,19 @@ def test_poisoned_replies_are_dropped_logged_and_match_absent_clients(tmp_path, 
                                rtol=0, atol=1e-13)
 
 
-def test_blown_up_reply_passes_without_the_bound(tmp_path):
+def test_blown_up_reply_passes_without_the_bound(tmp_path, caplog):
     # well formed: only the contribution bound can tell it from an honest reply
     faults = {(4, 5): "blow-up"}
     settings = FedEMSettings(n_rounds=4, compressor="dither:s=4", participation=1.0, step_size=0.5, seed=7)
-    result, parts = _poisoned_run(tmp_path, settings, faults)
+    result, parts = _poisoned_run(tmp_path, caplog, settings, faults)
     assert all(row["refused_partitions"] == [] for row in result["history"])
-    reference = reference_run(parts, GMMProblem(2), settings, absent=_absent(faults))
+    reference = reference_run(parts, GMMProblem(2), settings, absent=absent_of(faults))
     assert max(max_abs_difference(result, reference).values()) > 1.0
+
+
+def test_fault_spec_round_trips_and_rejects_typos():
+    assert parse_faults(format_faults(POISON)) == POISON
+    assert parse_faults("") == {}
+    for bad in ("2:5:nans", "2:5", "two:5:nan"):
+        with pytest.raises(ValueError):
+            parse_faults(bad)
