@@ -211,7 +211,9 @@ class FedEMStrategy(Strategy):
                 del got[client]
         for client, reason in sorted(refused.items()):
             # treated as a failed node: its q_i is not applied and its pending commit not confirmed
-            logger.warning("round %d: reply of partition %d refused: %s", self.state.round,
+            # named by the round the reply would have completed, as the history row and the
+            # "failed partitions" line that follow
+            logger.warning("round %d: reply of partition %d refused: %s", self.state.round + 1,
                            self.partitions[client], reason)
         return got, refused
 
