@@ -18,7 +18,7 @@ from fedemstats.models.gmm_denoise import NOISE_FLOOR, floor_noisy_covariances
 
 N_TRAIN, N_TEST, D, K, ROUNDS, CLIENTS = 6000, 3000, 6, 3, 8, 10
 #: exact EM minus private held-out log-likelihood per row at ε = 1 that a usable fit meets.
-#: Measured at seed 0: full 1.38 (seeds 0-4: 0.5 to 3.9, a merged component at the worst),
+#: Measured at seed 0: full 1.51 (seeds 0-4: 0.7 to 3.5, a merged component at the worst),
 #: diag 0.04; before the fix full 5.7 (seeds 0-4: 5.5 to 2.5e4), diag 0.73.
 MAX_GAP = {"full": 2.5, "diag": 0.3}
 #: a private covariance eigenvalue this close to reg_covar is the T-map's repair, not an estimate

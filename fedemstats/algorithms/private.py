@@ -153,13 +153,11 @@ class PrivateFedEM(FedEM):
         """π, the clients' (common) inclusion probability of a round."""
         return float(np.mean(self.participation.inclusion(n_clients)))
 
-    def denoise(self, state, dp, geometry, pi):
-        """Ŝ projected by the model onto what the release's noise can support
-        (:meth:`~fedemstats.models.base.Model.dp_denoise`): τ = σΔ / (π Ñ) is the noise's
-        standard deviation per coordinate of the mean statistic, in P's coordinates. A
-        function of public quantities only: post-processing, free in DP terms."""
-        tau = dp["sigma"] * dp["sensitivity"] / (pi * dp["count"])
-        state.s_hat = self.model.dp_denoise(state.s_hat, geometry, tau)
+    @staticmethod
+    def noise_std(dp, pi) -> float:
+        """τ = σΔ / (π Ñ): the release's noise standard deviation per coordinate of the mean
+        statistic, in the release's coordinates (public)."""
+        return dp["sigma"] * dp["sensitivity"] / (pi * dp["count"])
 
     def private_count(self, federation, dp, rng) -> float:
         """Ñ: the public count, or Σ counts + N(0, σ²) released once (floored at one)."""
@@ -204,7 +202,9 @@ class PrivateFedEM(FedEM):
             stats = stats + central[None, :]
         weights = np.full(n, 1.0 / n)
         state, _ = self.initial_state((stats, np.full(n, np.nan)), None, weights, entropy)
-        self.denoise(state, dp, geometry, 1.0)
+        # the noise-level floor of the covariances: a function of the released Ŝ_0, the public
+        # geometry and τ only, so post-processing (free in DP terms)
+        state.s_hat = self.model.dp_denoise(state.s_hat, geometry, self.noise_std(dp, 1.0))
         state.extra["dp"] = dp
         uplink = n * (q + 1) * FLOAT64_BITS
         downlink = n * self.model.n_parameters(theta0) * FLOAT64_BITS
@@ -235,9 +235,12 @@ class PrivateFedEM(FedEM):
                 # the release still happens (an empty sum plus noise), as the accountant assumes
                 central = self.central_noise(dp, n, rng, release)
         zeros = np.zeros(active.size)
+        # the noise-level floor acts on the noisy target Ŝ_k + H before the step (and the trust
+        # region): it reads only released values, the public P_k and τ, so it is post-processing
+        tau = self.noise_std(dp, self.mean_inclusion(n))
         row = self.server_step(state, np.full(n, 1.0 / n), active, pi, q_rows, np.full(active.size, np.nan),
-                               (zeros, zeros), geometries, 0.0, None, dp_noise=central)
-        self.denoise(state, dp, release, self.mean_inclusion(n))
+                               (zeros, zeros), geometries, 0.0, None, dp_noise=central,
+                               project=lambda s: model.dp_denoise(s, release, tau))
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),

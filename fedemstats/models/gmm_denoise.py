@@ -10,7 +10,9 @@ value; the plain T-map would keep it (or raise it only to ``reg_covar``) and a h
 off that direction then costs thousands of nats. The floor raises every eigenvalue of C_k to
 ``NOISE_FLOOR · t_k · √d`` (diagonal: every variance to ``NOISE_FLOOR · t_k``, the noise of one
 entry; spherical: ``NOISE_FLOOR · t_k / d``, the noise of the averaged variance), keeping the
-eigenvectors, the counts and the means. Raising rather than discarding is the
+eigenvectors, the counts and the means. A count y0_k below ``NOISE_FLOOR · τ`` (a component the
+release cannot tell from empty) is raised to it first, which bounds t_k and shrinks that
+component's mean towards the geometry's centre. Raising rather than discarding is the
 likelihood's asymmetry: under-estimating a variance costs x²/λ, over-estimating log λ.
 
 In whitened coordinates (G the iterate's whitening L_k) the raw covariance is L_k C_k L_kᵀ,
@@ -59,12 +61,15 @@ def floor_noisy_covariances(model, s, geometry, noise_std):
     Returns
     -------
     ndarray of shape (q,)
-        Same counts and first moments; second moments whose M-step covariances (in the
+        Same first moments and counts (those below ``NOISE_FLOOR · noise_std`` raised to
+        it); second moments whose M-step covariances (in the
         geometry's coordinates) have no eigenvalue below the floor.
     """
     layout, ct, d = model.layout, model.covariance_type, model.n_features
     y = layout.unpack(geometry.forward(np.asarray(s, dtype=np.float64))[0])
-    y0 = np.maximum(y["resp"], RESP_FLOOR)
+    # a mass below the noise level cannot be told from zero: raised to it, which also
+    # shrinks that component's mean towards the geometry's centre (the previous mean)
+    y0 = np.maximum(y["resp"], max(NOISE_FLOOR * noise_std, RESP_FLOOR))
     mu = y["sum_x"] / y0[:, None]
     y2 = y["sum_xx"]
     if ct == "full":
@@ -84,5 +89,5 @@ def floor_noisy_covariances(model, s, geometry, noise_std):
         t = noise_std / y0
         var = (y2 / y0 - np.sum(mu ** 2, axis=1)) / d
         y2 = y0 * (d * np.maximum(var, NOISE_FLOOR * t / d) + np.sum(mu ** 2, axis=1))
-    y["sum_xx"] = y2
+    y["resp"], y["sum_xx"] = y0, y2
     return geometry.inverse(layout.pack(y))[0]
