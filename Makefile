@@ -7,7 +7,7 @@ export FLWR_TELEMETRY_ENABLED := 0
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba_cache
 export MPLBACKEND := Agg
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-pfl-venv clean
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +32,10 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_gmm.py
 
+# pfl (the privacy benchmark's peer) pins dp-accounting<0.6: its own venv, never a package dependency
+bench-pfl-venv:
+	$(PYTHON) -m venv .venv-pfl
+	.venv-pfl/bin/python -m pip install --quiet pfl==0.6.0
+
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) .venv-pfl demo_output .pytest_cache

@@ -59,6 +59,7 @@ def test_private_fit_is_useful_at_a_large_budget():
     (dict(epsilon=1.0, delta=1.0), {}, "delta must lie"),
     (dict(epsilon=1.0, clip=0.0), {}, "clip must be"),
     (dict(epsilon=1.0, level="group"), {}, "level must be"),
+    (dict(epsilon=1.0, geometry="raw"), {}, "geometry must be"),
     (dict(epsilon=1.0, noise_multiplier=2.0), {}, "exactly one of epsilon"),
     (dict(epsilon=1.0), {"algorithm": "em"}, "algorithm='em'"),
     (dict(epsilon=1.0), {"algorithm": "vr-fedem"}, "algorithm='vr-fedem'"),

@@ -2,7 +2,9 @@
 
 Over 1,000 random neighbouring pairs per model (one row added or removed; a third of the
 added rows adversarial: far outside the clip ball, so that they land on its boundary), the
-change of the clipped aggregate Σ_i c_i never exceeds the model's stated Δ; at client
+change of the clipped aggregate Σ_i c_i never exceeds the model's stated Δ, in the
+coordinates where the noise is added (the Gaussian mixtures in both ``DPConfig.geometry``
+settings: their whitening at θ, or the raw statistics of publicly clipped rows); at client
 level, removing a whole client never moves it more than C.
 """
 from __future__ import annotations
@@ -63,10 +65,13 @@ def _aggregate(model, X, offsets, theta, cfg):
     return contrib.sum(axis=0)
 
 
+@pytest.mark.parametrize("geometry", ["model", "public"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_one_row_moves_the_clipped_aggregate_by_at_most_the_sensitivity(name):
+def test_one_row_moves_the_clipped_aggregate_by_at_most_the_sensitivity(name, geometry):
+    """In the coordinates where the noise is added: the Gaussian mixtures' whitening at θ
+    (``geometry="model"``, rows unclipped) or the raw statistics of publicly clipped rows."""
     rng = np.random.default_rng(14)
-    cfg = DPConfig(epsilon=1.0, clip=2.0, center=0.3, scale=1.5)
+    cfg = DPConfig(epsilon=1.0, clip=2.0, center=0.3, scale=1.5, geometry=geometry)
     model = public_model(MODELS[name](), cfg)
     delta = sensitivity(model, cfg)
     thetas = _thetas(model, cfg, rng)
@@ -92,9 +97,9 @@ def test_one_row_moves_the_clipped_aggregate_by_at_most_the_sensitivity(name):
 
 @pytest.mark.parametrize("name", ["gmm-full", "gmm-tied", "gmm-diag", "gmm-spherical"])
 def test_the_gmm_bound_holds_without_the_statistic_clip(name):
-    """B = √(1 + ρ² + ρ⁴) is analytic for every θ: rows on the clip boundary never exceed it."""
+    """B = √(1 + ρ² + ρ⁴) is analytic for every θ: rows on the public clip boundary never exceed it."""
     rng = np.random.default_rng(5)
-    cfg = DPConfig(epsilon=1.0, clip=2.0, scale=1.5)
+    cfg = DPConfig(epsilon=1.0, clip=2.0, scale=1.5, geometry="public")
     model = public_model(MODELS[name](), cfg)
     bound = row_bound(model, cfg)
     worst = 0.0

@@ -1,15 +1,18 @@
 """Differentially private FedEM (issue 14): FedEM's round on bounded, noised statistics.
 
 Each round releases one Gaussian mechanism on Σ_{i∈A} c_i, the active clients' bounded
-contributions (:mod:`.private_stats`), with noise N(0, σ²Δ² I): added to the aggregate by
-the server (``mode="central"``) or drawn in shares N(0, σ²Δ²/|A|) by the clients
-(``"distributed"``, which needs secure aggregation). The count Ñ (rows or clients) is
-released once at round 0 the same way (sensitivity 1) unless it is public. Client i's
-statistic is then S_i = n (c_i + ζ_i) / Ñ with uniform weights 1/n, so that FedEM's
-H = Σ_{i∈A} (1/(n π)) (S_i − Ŝ_k) (+ Z / (π Ñ) in central mode) is the Horvitz-Thompson
-mean statistic at θ_k minus Ŝ_k: the round's structure (``client_update``, then
-``server_step``) is unchanged. Everything after the noise — the step, the trust region,
-the broadcast (any downlink quantiser) — is post-processing.
+contributions in the coordinates P_k of the release (:mod:`.private_stats`: the model's
+whitening at θ_k, or the raw coordinates), with noise N(0, σ²Δ² I): added to the
+aggregate by the server (``mode="central"``) or drawn in shares N(0, σ²Δ²/|A|) by the
+clients (``"distributed"``, which needs secure aggregation). The count Ñ (rows or
+clients) is released once at round 0 the same way (sensitivity 1) unless it is public.
+Client i's statistic is then S_i = n P_k⁻¹(c_i + ζ_i) / Ñ with uniform weights 1/n, so that
+FedEM's H = Σ_{i∈A} (1/(n π)) (S_i − Ŝ_k) (+ P_k⁻¹ Z / (π Ñ) in central mode) is the
+Horvitz-Thompson mean statistic at θ_k minus Ŝ_k (P_k⁻¹ is linear and public): the round's
+structure (``client_update``, then ``server_step``) is unchanged. Everything after the
+noise — P_k⁻¹, the step, the trust region, the noise-level floor of the covariances
+(:meth:`~fedemstats.models.base.Model.dp_denoise`), the broadcast (any downlink
+quantiser) — is post-processing of the release, so it costs no privacy.
 
 Settings that would re-use un-noised data are off: the memories (α = 0, V = 0: they
 would carry stale, un-noised statistics into later rounds), the log-likelihood watchdog
@@ -29,7 +32,7 @@ from ..privacy import (PrivacyPlan, calibrate_noise_multiplier, check_privacy, c
                        epsilon_spent, gaussian_noise, noise_share_std, sampling_rate)
 from .controller import StepController
 from .fedem import FedEM
-from .private_stats import clipped_contributions, sensitivity
+from .private_stats import clipped_contributions, noise_geometry, sensitivity
 from .server import client_update, weighted_sums
 from .state import draw_entropy
 from .step_size import make_step_size
@@ -111,18 +114,24 @@ class PrivateFedEM(FedEM):
         return StepController(make_step_size(rule), True, self.safeguard, watchdog=False)
 
     # ------------------------------------------------------------------ the mechanism
-    def private_stats(self, federation, theta, clients, dp, round_, rng):
-        """The active clients' noised statistics S_i = n (c_i + ζ_i) / Ñ and the server's
+    def private_stats(self, federation, theta, clients, dp, round_, rng, geometry):
+        """The active clients' noised statistics S_i = n P⁻¹(c_i + ζ_i) / Ñ and the server's
         central noise on H (None in distributed mode).
+
+        Parameters
+        ----------
+        geometry : Geometry
+            P, the release's coordinates (:func:`.private_stats.noise_geometry` at θ).
 
         Returns
         -------
         stats : ndarray of shape (m, q)
+            Raw statistic coordinates.
         dp_noise : ndarray of shape (q,) or None
-            Z / (π Ñ) with Z ~ N(0, σ²Δ² I), in central mode.
+            P⁻¹ Z / (π Ñ) with Z ~ N(0, σ²Δ² I), in central mode.
         """
         cfg, n = self.privacy, federation.n_clients
-        contrib, _ = clipped_contributions(self.model, federation, theta, clients, cfg)
+        contrib, _ = clipped_contributions(self.model, federation, theta, clients, cfg, geometry)
         std = dp["sigma"] * dp["sensitivity"]
         if cfg.mode == "distributed":
             share = noise_share_std(std, clients.size, cfg.mode)
@@ -130,13 +139,25 @@ class PrivateFedEM(FedEM):
                 dp["entropy"], round_, i)) for i in clients])
             central = None
         else:
-            central = self.central_noise(dp, n, rng)
-        return n * contrib / dp["count"], central
+            central = self.central_noise(dp, n, rng, geometry)
+        # P⁻¹ is linear and public: each client's share maps back on its own, and the sum
+        # of the mapped shares is P⁻¹ of the noisy sum (post-processing of the release)
+        return n * geometry.inverse(contrib) / dp["count"], central
 
-    def central_noise(self, dp, n_clients, rng):
-        """The server's draw on H in central mode: Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,)."""
-        pi = float(np.mean(self.participation.inclusion(n_clients)))
-        return gaussian_noise(self.model.q, dp["sigma"] * dp["sensitivity"], rng) / (pi * dp["count"])
+    def central_noise(self, dp, n_clients, rng, geometry):
+        """The server's draw on H in central mode: P⁻¹ Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,)."""
+        z = gaussian_noise(self.model.q, dp["sigma"] * dp["sensitivity"], rng)
+        return geometry.inverse(z)[0] / (self.mean_inclusion(n_clients) * dp["count"])
+
+    def mean_inclusion(self, n_clients) -> float:
+        """π, the clients' (common) inclusion probability of a round."""
+        return float(np.mean(self.participation.inclusion(n_clients)))
+
+    @staticmethod
+    def noise_std(dp, pi) -> float:
+        """τ = σΔ / (π Ñ): the release's noise standard deviation per coordinate of the mean
+        statistic, in the release's coordinates (public)."""
+        return dp["sigma"] * dp["sensitivity"] / (pi * dp["count"])
 
     def private_count(self, federation, dp, rng) -> float:
         """Ñ: the public count, or Σ counts + N(0, σ²) released once (floored at one)."""
@@ -174,12 +195,16 @@ class PrivateFedEM(FedEM):
               "plan": plan}
         dp["count"] = self.private_count(federation, dp, rng)
         everyone = np.arange(n)
-        stats, central = self.private_stats(federation, theta0, everyone, dp, 0, rng)
+        geometry = noise_geometry(self.model, self.privacy, theta0)
+        stats, central = self.private_stats(federation, theta0, everyone, dp, 0, rng, geometry)
         if central is not None:
-            # round 0 has every client (π = 1): Ŝ_0 = mean_i S_i + Z / Ñ
+            # round 0 has every client (π = 1): Ŝ_0 = mean_i S_i + P⁻¹ Z / Ñ
             stats = stats + central[None, :]
         weights = np.full(n, 1.0 / n)
         state, _ = self.initial_state((stats, np.full(n, np.nan)), None, weights, entropy)
+        # the noise-level floor of the covariances: a function of the released Ŝ_0, the public
+        # geometry and τ only, so post-processing (free in DP terms)
+        state.s_hat = self.model.dp_denoise(state.s_hat, geometry, self.noise_std(dp, 1.0))
         state.extra["dp"] = dp
         uplink = n * (q + 1) * FLOAT64_BITS
         downlink = n * self.model.n_parameters(theta0) * FLOAT64_BITS
@@ -198,8 +223,9 @@ class PrivateFedEM(FedEM):
         theta = model.t_map(state.s_hat)
         geometries = self.round_geometries(theta, state.s_hat, n)
         central = None
+        release = noise_geometry(model, self.privacy, theta)
         if active.size:
-            stats, central = self.private_stats(federation, theta, active, dp, k + 1, rng)
+            stats, central = self.private_stats(federation, theta, active, dp, k + 1, rng, release)
             message, q_rows, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
                                                0.0, round_streams(state.entropy, k, active), geometries[1])
             uplink = self.compressor.bits(message)
@@ -207,10 +233,14 @@ class PrivateFedEM(FedEM):
             q_rows, uplink = np.empty((0, model.q)), 0
             if self.privacy.mode == "central":
                 # the release still happens (an empty sum plus noise), as the accountant assumes
-                central = self.central_noise(dp, n, rng)
+                central = self.central_noise(dp, n, rng, release)
         zeros, weights = np.zeros(active.size), np.full(n, 1.0 / n)
+        # the noise-level floor acts on the noisy target Ŝ_k + H before the step (and the trust
+        # region): it reads only released values, the public P_k and τ, so it is post-processing
+        tau = self.noise_std(dp, self.mean_inclusion(n))
         row = self.server_step(state, weights, active, pi, weighted_sums(q_rows, weights[active], pi),
-                               np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None, dp_noise=central)
+                               np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None, dp_noise=central,
+                               project=lambda s: model.dp_denoise(s, release, tau))
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),

@@ -1,10 +1,25 @@
 """What a client contributes to a private round: bounded statistics (issue 14).
 
-Rows are clipped in the public geometry (:func:`public_federation`), then each row's
-statistic vector is computed and clipped to the model's bound B
-(:meth:`~fedemstats.models.base.Model.dp_row_bound`), so that adding or removing one row
-moves a client's *sum* of statistics by at most B. At ``level="client"`` a client
-contributes its mean row statistic, clipped to C, and the clients are weighted alike.
+Each row's statistic vector is computed at the public iterate θ_k, mapped into the
+coordinates where the noise will be added (:func:`noise_geometry`) and clipped there to the
+model's bound B (:meth:`~fedemstats.models.base.Model.dp_row_bound`), so that adding or
+removing one row moves a client's *sum* of statistics, in those coordinates, by at most B.
+At ``level="client"`` a client contributes its mean row statistic, clipped to C, and the
+clients are weighted alike.
+
+Two geometries (``DPConfig.geometry``):
+
+* ``"public"``: rows are first clipped to norm R in the public geometry
+  (:func:`public_federation`); raw statistic coordinates; B = B(ρ) with ρ the clip radius
+  in the model's coordinates.
+* ``"model"`` (models with ``dp_model_geometry``, the Gaussian mixtures): the current
+  model's whitening (:meth:`~fedemstats.models.base.Model.geometry` at θ_k), an invertible
+  *linear* map P fixed by the public θ_k. Rows are not clipped; each row's whitened statistic
+  is clipped to B(R), so that a row within whitened radius R of the components passes
+  unchanged and an outlier is down-weighted as a whole (its r, r u, r u uᵀ scaled alike,
+  which leaves its moments undistorted). The noise is then relative to each component's
+  own scale (sufficient-statistic perturbation in the model's geometry, as pfl does for
+  diagonal covariances); the server maps the noisy sum back with P⁻¹, post-processing.
 """
 from __future__ import annotations
 
@@ -13,10 +28,11 @@ import copy
 import numpy as np
 
 from ..federation import Federation
+from ..models._geometry import IdentityGeometry
 from ..privacy import clip_rows, clip_vectors
 
 __all__ = ["public_model", "public_federation", "public_theta", "row_bound", "sensitivity", "clipped_contributions",
-           "ROWS_PER_CHUNK"]
+           "uses_model_geometry", "noise_geometry", "ROWS_PER_CHUNK"]
 
 #: rows whose per-row statistics are held at once (memory ROWS_PER_CHUNK × q floats)
 ROWS_PER_CHUNK = 2048
@@ -34,19 +50,38 @@ def public_model(model, config):
     return out
 
 
+def uses_model_geometry(model, config) -> bool:
+    """Whether the statistics are clipped and noised in the model's whitened geometry."""
+    return config.geometry == "model" and model.dp_model_geometry
+
+
+def noise_geometry(model, config, theta):
+    """The coordinates in which a release at θ is clipped and noised: the model's geometry
+    at (θ, E_θ[s]) (a function of the public θ alone) or the raw coordinates."""
+    if uses_model_geometry(model, config):
+        return model.geometry(theta, model.expected_stats(theta))
+    return IdentityGeometry(model.layout)
+
+
 def public_federation(federation, model, config):
     """``federation`` with every row clipped to norm ``config.clip`` in the public geometry
-    (each client clips its own rows; nothing leaves it). Weights are uniform: a private
-    fit never uses the clients' row counts (see :class:`.private.PrivateFedEM`)."""
+    (each client clips its own rows; nothing leaves it), unless the statistics are clipped
+    in the model's geometry instead. Weights are uniform: a private fit never uses the
+    clients' row counts (see :class:`.private.PrivateFedEM`)."""
     if not model.dp_clips_rows:
         return federation
+    if uses_model_geometry(model, config):
+        return Federation(federation.X, federation.offsets, "uniform", allow_nan=model.allow_nan)
     center, scale = config.public_geometry(federation.n_features)
     X = clip_rows(federation.X, center, scale, config.clip)
     return Federation(X, federation.offsets, "uniform", allow_nan=model.allow_nan)
 
 
 def row_bound(model, config) -> float:
-    """B, the norm bound of one row's statistic vector (the clip applied to it)."""
+    """B, the norm bound of one row's statistic vector (the clip applied to it): B(R) in
+    the model's whitened geometry, B(ρ) with ρ the public clip radius in model units otherwise."""
+    if uses_model_geometry(model, config):
+        return model.dp_row_bound(float(config.clip))
     _, scale = config.public_geometry(model.n_features)
     return model.dp_row_bound(model.dp_radius(config.clip, scale))
 
@@ -59,25 +94,30 @@ def sensitivity(model, config) -> float:
     return bound if config.client_clip is None else min(bound, float(config.client_clip))
 
 
-def clipped_contributions(model, federation, theta, clients, config):
-    """Each listed client's bounded contribution and its count.
+def clipped_contributions(model, federation, theta, clients, config, geometry=None):
+    """Each listed client's bounded contribution and its count, in the noise's coordinates.
 
     Parameters
     ----------
     model : Model
     federation : Federation
-        Rows already clipped (:func:`public_federation`).
+        Prepared by :func:`public_federation`.
     theta : parameters
     clients : ndarray of int of shape (m,)
     config : DPConfig
+    geometry : Geometry, optional
+        P, the coordinates of the release; default :func:`noise_geometry` at θ.
 
     Returns
     -------
     contributions : ndarray of shape (m, q)
-        Row level: Σ_rows clip_B(s(x; θ)); client level: clip_C(mean_rows clip_B(s(x; θ))).
+        In P's coordinates. Row level: Σ_rows clip_B(P s(x; θ)); client level:
+        clip_C(mean_rows clip_B(P s(x; θ))). ``geometry.inverse`` maps them (and any noise
+        added to them) back to raw statistics.
     counts : ndarray of shape (m,)
         Rows (row level) or 1 (client level): what the private count adds up.
     """
+    geometry = noise_geometry(model, config, theta) if geometry is None else geometry
     bound = row_bound(model, config)
     clients = np.asarray(clients, dtype=np.int64)
     X, seg = federation.select(clients)
@@ -86,7 +126,7 @@ def clipped_contributions(model, federation, theta, clients, config):
     for start in range(0, X.shape[0], ROWS_PER_CHUNK):
         rows = X[start:start + ROWS_PER_CHUNK]
         per_row, _ = model.segment_stats(rows, np.arange(rows.shape[0] + 1), theta)
-        np.add.at(sums, owner[start:start + rows.shape[0]], clip_vectors(per_row, bound))
+        np.add.at(sums, owner[start:start + rows.shape[0]], clip_vectors(geometry.forward(per_row), bound))
     sizes = np.diff(seg).astype(np.float64)
     if config.level == "row":
         return sums, sizes

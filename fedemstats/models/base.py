@@ -238,6 +238,34 @@ class Model:
         enforces it where the bound depends on θ (missing values, latent factors)."""
         raise NotImplementedError(f"{type(self).__name__} does not state a privacy sensitivity.")
 
+    #: whether private fits may clip and noise the statistics in :meth:`geometry` (the
+    #: current model's whitened coordinates, ``DPConfig(geometry="model")``); otherwise
+    #: they use the public geometry
+    dp_model_geometry: bool = False
+
+    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
+        """Project a noisy mean statistic onto what its noise level can support.
+
+        The default is the identity. Models whose T-map would read noise as signal (a
+        covariance's small eigenvalues) override it; the result must depend on ``s``,
+        ``geometry`` and ``noise_std`` only (public quantities), so that it is
+        post-processing of the release.
+
+        Parameters
+        ----------
+        s : ndarray of shape (q,)
+            The server's iterate after a private release.
+        geometry : Geometry
+            The coordinates in which the release's noise was added.
+        noise_std : float
+            Standard deviation of that noise on each coordinate of the mean statistic.
+
+        Returns
+        -------
+        ndarray of shape (q,)
+        """
+        return np.asarray(s, dtype=np.float64)
+
     # ------------------------------------------------------------------ fitted parameters
     def log_likelihood(self, X, theta) -> np.ndarray:
         """Log-density of each row, shape (n_rows,)."""

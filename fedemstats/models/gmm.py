@@ -18,6 +18,7 @@ from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
 from ._summaries import global_mean
 from .base import Model
+from .gmm_denoise import floor_noisy_covariances
 from .gmm_geometry import gmm_geometry
 from .gmm_init import init_params
 from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covariance_type, covariance_shape,
@@ -216,6 +217,16 @@ class GaussianMixtureModel(Model):
         """B = √(1 + ρ² + ρ⁴): Σ_k r_k² ≤ 1 bounds (r, r x, r xxᵀ) for every covariance type
         (tied: xxᵀ unweighted, still ≤ ρ²), whatever θ (:meth:`Model.dp_row_bound`)."""
         return float(np.sqrt(1.0 + radius ** 2 + radius ** 4))
+
+    #: private fits may clip and noise in the per-component whitening (:meth:`geometry`): there
+    #: the same B bounds (r, r u, r u uᵀ) of a row whose whitened offsets u_k are all within ρ,
+    #: and the per-row clip to B enforces it for every other row
+    dp_model_geometry = True
+
+    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
+        """Covariance eigenvalues floored at the release's noise level
+        (:func:`.gmm_denoise.floor_noisy_covariances`); counts and means unchanged."""
+        return floor_noisy_covariances(self, s, geometry, noise_std)
 
     # ------------------------------------------------------------------ likelihood & co
     def log_likelihood(self, X, theta) -> np.ndarray:

@@ -6,7 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["DPConfig", "LEVELS", "MODES", "check_privacy"]
+__all__ = ["DPConfig", "LEVELS", "MODES", "GEOMETRIES", "check_privacy"]
 
 #: neighbouring relation: add/remove one row, or one whole client
 LEVELS = ("row", "client")
@@ -14,6 +14,9 @@ LEVELS = ("row", "client")
 MODES = ("central", "distributed")
 #: accountants of ``dp_accounting``: Rényi DP or privacy loss distributions
 ACCOUNTANT_NAMES = ("rdp", "pld")
+#: where rows' statistics are clipped and noised: the current model's whitened geometry, or
+#: the public one (rows clipped to norm ``clip`` after the public shift / scale)
+GEOMETRIES = ("model", "public")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +31,12 @@ class DPConfig:
     delta : float, default=1e-5
         Target δ, in (0, 1).
     clip : float, default=3.0
-        R: each row is clipped to norm R in the public geometry, u = (x − center) / scale,
-        before its statistics are computed; this bounds every row's statistic vector.
+        R, the radius that bounds one row's statistic vector at B (``model.dp_row_bound``).
+        ``geometry="public"``: each row is clipped to norm R in the public geometry,
+        u = (x − center) / scale, before its statistics are computed. ``geometry="model"``:
+        R is a radius in the current model's whitened coordinates (a Mahalanobis radius:
+        a row within R of its component passes unclipped) and each row's whitened
+        statistic vector is clipped to B.
     level : {"row", "client"}, default="row"
         Neighbouring datasets differ by one row, or by one whole client.
     mode : {"central", "distributed"}, default="central"
@@ -48,6 +55,12 @@ class DPConfig:
         otherwise a noisy count is released once at round 0 and accounted.
     accountant : {"rdp", "pld"}, default="rdp"
         ``dp_accounting``'s Rényi-DP or privacy-loss-distribution accountant.
+    geometry : {"model", "public"}, default="model"
+        Where statistics are clipped and noised (``docs/privacy.md``). ``"model"``: in the
+        whitened geometry of the current (public) iterate, so that the noise is relative
+        to each component's own scale, as pfl's sufficient-statistic perturbation does
+        for diagonal covariances; models without such a path (``Model.dp_model_geometry``
+        False) use ``"public"``.
     """
 
     epsilon: float | None = None
@@ -61,6 +74,7 @@ class DPConfig:
     scale: object = None
     public_count: int | None = None
     accountant: str = "rdp"
+    geometry: str = "model"
 
     def public_geometry(self, n_features):
         """(center, scale) as arrays of shape (n_features,)."""
@@ -105,6 +119,8 @@ def check_privacy(config) -> DPConfig:
         raise ValueError(f"privacy: level must be one of {LEVELS}; got {config.level!r}.")
     if config.mode not in MODES:
         raise ValueError(f"privacy: mode must be one of {MODES}; got {config.mode!r}.")
+    if config.geometry not in GEOMETRIES:
+        raise ValueError(f"privacy: geometry must be one of {GEOMETRIES}; got {config.geometry!r}.")
     if config.accountant not in ACCOUNTANT_NAMES:
         raise ValueError(f"privacy: accountant must be one of {ACCOUNTANT_NAMES}; got {config.accountant!r}.")
     if config.public_count is not None and (not isinstance(config.public_count, Integral)
