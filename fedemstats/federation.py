@@ -15,6 +15,7 @@ from ._validation import check_array_2d, check_positive, check_rng
 __all__ = [
     "MIN_CLIENT_ROWS",
     "Federation",
+    "concat_ranges",
     "partition_iid",
     "partition_dirichlet",
     "partition_shards",
@@ -166,7 +167,7 @@ class Federation:
             seg = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             if clients.size and np.array_equal(clients, np.arange(clients[0], clients[-1] + 1)):
                 return self.X[self.offsets[clients[0]]:self.offsets[clients[-1] + 1]], seg
-            idx = _ranges(self.offsets[clients], counts)
+            idx = concat_ranges(self.offsets[clients], counts)
             return self.X[idx], seg
         if rng is None:
             raise ValueError("select(batch=...) needs an rng to draw the mini-batches.")
@@ -176,7 +177,7 @@ class Federation:
         return self.X[idx], seg
 
 
-def _ranges(starts, counts) -> np.ndarray:
+def concat_ranges(starts, counts) -> np.ndarray:
     """Concatenate ``arange(s, s + c)`` for each (s, c) without a Python loop."""
     total = int(counts.sum())
     if total == 0:
@@ -190,7 +191,7 @@ def _minibatch_rows(starts, sizes, counts, rng) -> np.ndarray:
 
     One vectorised draw: a random key per row, then the smallest keys of each client.
     """
-    all_rows = _ranges(starts, sizes)
+    all_rows = concat_ranges(starts, sizes)
     owner = np.repeat(np.arange(sizes.size), sizes)
     keys = rng.random(all_rows.size)
     order = np.lexsort((keys, owner))

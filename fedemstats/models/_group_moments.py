@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..federation import concat_ranges
 from ._patterns import missing_patterns, segment_owner, segment_scatter
 
 __all__ = ["GroupMoments", "group_moments", "cached_group_moments", "moments_or_rows", "MIN_ROWS_PER_FEATURE"]
@@ -67,7 +68,7 @@ class GroupMoments:
         """The groups of the listed segments, in that order."""
         segments = np.asarray(segments, dtype=np.int64)
         starts, counts = self.seg[segments], np.diff(self.seg)[segments]
-        idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        idx = concat_ranges(starts, counts)
         seg = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return GroupMoments(self.patterns, self.pattern[idx], seg, self.count[idx], self.sums[idx],
                             self.scatter[idx])
