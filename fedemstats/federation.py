@@ -140,6 +140,13 @@ class Federation:
         """Rows of client ``i``, shape (m_i, n_features) (a view)."""
         return self.X[self.offsets[i]:self.offsets[i + 1]]
 
+    def client_ids(self, clients=None) -> np.ndarray:
+        """``clients`` as int64 ids (all clients when ``None``); ValueError if one is out of range."""
+        clients = np.arange(self.n_clients) if clients is None else np.asarray(clients, dtype=np.int64)
+        if clients.size and (clients.min() < 0 or clients.max() >= self.n_clients):
+            raise ValueError(f"client ids must be in [0, {self.n_clients}).")
+        return clients
+
     def select(self, clients=None, batch=None, rng=None):
         """Rows of the listed clients as one array with segment offsets.
 
@@ -159,9 +166,7 @@ class Federation:
         seg : ndarray of int64 of shape (n_active + 1,)
             Segment ``j`` (client ``clients[j]``) is ``X_sel[seg[j]:seg[j + 1]]``.
         """
-        clients = np.arange(self.n_clients) if clients is None else np.asarray(clients, dtype=np.int64)
-        if clients.size and (clients.min() < 0 or clients.max() >= self.n_clients):
-            raise ValueError(f"client ids must be in [0, {self.n_clients}).")
+        clients = self.client_ids(clients)
         if batch is None:
             counts = self.sizes[clients]
             seg = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -205,7 +205,7 @@ class RandomDithering(Compressor):
             if np.any(nbits != message.arrays["code_bits"]) or np.any(-(-nbits // 8) != codes.shape[1]):
                 raise ValueError("the Elias code's length does not match its bytes and code_bits.")
         else:
-            levels = unpack_fixed(codes, message.q, self._width(s)) - s
+            levels = self._levels(message)
         if levels.size and np.abs(levels).max() > s:
             raise ValueError(f"a dithering level is outside [-{s}, {s}].")
 

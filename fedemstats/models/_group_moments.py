@@ -159,10 +159,7 @@ def moments_or_rows(federation, shift, scale, clients=None, batch=None, rng=None
         if moments is not None:
             if clients is None:
                 return moments, None
-            clients = np.asarray(clients, dtype=np.int64)
-            if clients.size and (clients.min() < 0 or clients.max() >= federation.n_clients):
-                raise ValueError(f"client ids must be in [0, {federation.n_clients}).")
-            return moments.select(clients), None
+            return moments.select(federation.client_ids(clients)), None
     X, seg = federation.select(clients, batch, rng)
     moments = group_moments(X, seg, shift, scale) if batch is not None else None
     return moments, (None if moments is not None else (X, seg))
