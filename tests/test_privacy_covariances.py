@@ -91,3 +91,29 @@ def test_in_a_whitened_geometry_the_floor_is_relative_to_the_iterate():
     L = np.linalg.cholesky(theta.covariances[0])
     C = np.linalg.solve(L, np.linalg.solve(L, out).T)
     np.testing.assert_allclose(np.linalg.eigvalsh(C), NOISE_FLOOR * 0.05 * np.sqrt(2), rtol=1e-6)
+
+
+def test_round_zero_noise_does_not_depend_on_the_participation_rate(monkeypatch):
+    """Round 0 has every client (π = 1): its central noise is P⁻¹ Z / Ñ whatever the rounds'
+    participation. It used to be divided by the rounds' π, doubling it at p = 0.5."""
+    import fedemstats.algorithms.private as private
+    from fedemstats import DPConfig
+    from fedemstats.federation import Federation
+    from fedemstats.ledger import BitLedger
+    from fedemstats.algorithms import History
+    from fedemstats.models.gmm import GaussianMixtureModel, make_params
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 2))
+    fed = Federation(X, np.arange(0, 401, 40))
+    model = GaussianMixtureModel(2, 2, "diag", 1e-6)
+    theta0 = make_params(np.full(2, 0.5), np.array([[-1.0, 0.0], [1.0, 0.0]]),
+                         covariances=np.ones((2, 2)), covariance_type="diag")
+    # the noise multiplier depends on the participation (amplification by sampling): fix it
+    monkeypatch.setattr(private.PrivateFedEM, "noise_multiplier", lambda self, plan: 1.0)
+    s0 = {}
+    for p in (1.0, 0.5):
+        algo = private.PrivateFedEM(model, DPConfig(epsilon=1.0, clip=3.0), participation=p)
+        algo.planned_rounds = 3
+        s0[p] = algo.init_state(fed, theta0, np.random.default_rng(7), BitLedger(), History()).s_hat
+    np.testing.assert_array_equal(s0[0.5], s0[1.0])

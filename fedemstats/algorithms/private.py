@@ -114,7 +114,7 @@ class PrivateFedEM(FedEM):
         return StepController(make_step_size(rule), True, self.safeguard, watchdog=False)
 
     # ------------------------------------------------------------------ the mechanism
-    def private_stats(self, federation, theta, clients, dp, round_, rng, geometry):
+    def private_stats(self, federation, theta, clients, dp, round_, rng, geometry, pi):
         """The active clients' noised statistics S_i = n P⁻¹(c_i + ζ_i) / Ñ and the server's
         central noise on H (None in distributed mode).
 
@@ -122,6 +122,8 @@ class PrivateFedEM(FedEM):
         ----------
         geometry : Geometry
             P, the release's coordinates (:func:`.private_stats.noise_geometry` at θ).
+        pi : float
+            The clients' inclusion probability this round (1 at round 0, where all take part).
 
         Returns
         -------
@@ -139,19 +141,16 @@ class PrivateFedEM(FedEM):
                 dp["entropy"], round_, i)) for i in clients])
             central = None
         else:
-            central = self.central_noise(dp, n, rng, geometry)
+            central = self.central_noise(dp, pi, rng, geometry)
         # P⁻¹ is linear and public: each client's share maps back on its own, and the sum
         # of the mapped shares is P⁻¹ of the noisy sum (post-processing of the release)
         return n * geometry.inverse(contrib) / dp["count"], central
 
-    def central_noise(self, dp, n_clients, rng, geometry):
-        """The server's draw on H in central mode: P⁻¹ Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,)."""
+    def central_noise(self, dp, pi, rng, geometry):
+        """The server's draw on H in central mode: P⁻¹ Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,),
+        π the round's inclusion probability (the Horvitz-Thompson weight of the noisy sum)."""
         z = gaussian_noise(self.model.q, dp["sigma"] * dp["sensitivity"], rng)
-        return geometry.inverse(z)[0] / (self.mean_inclusion(n_clients) * dp["count"])
-
-    def mean_inclusion(self, n_clients) -> float:
-        """π, the clients' (common) inclusion probability of a round."""
-        return float(np.mean(self.participation.inclusion(n_clients)))
+        return geometry.inverse(z)[0] / (pi * dp["count"])
 
     @staticmethod
     def noise_std(dp, pi) -> float:
@@ -196,7 +195,7 @@ class PrivateFedEM(FedEM):
         dp["count"] = self.private_count(federation, dp, rng)
         everyone = np.arange(n)
         geometry = noise_geometry(self.model, self.privacy, theta0)
-        stats, central = self.private_stats(federation, theta0, everyone, dp, 0, rng, geometry)
+        stats, central = self.private_stats(federation, theta0, everyone, dp, 0, rng, geometry, 1.0)
         if central is not None:
             # round 0 has every client (π = 1): Ŝ_0 = mean_i S_i + P⁻¹ Z / Ñ
             stats = stats + central[None, :]
@@ -222,10 +221,10 @@ class PrivateFedEM(FedEM):
         active, pi = self.participation.sample(k, n, rng)
         theta = model.t_map(state.s_hat)
         geometries = self.round_geometries(theta, state.s_hat, n)
-        central = None
+        central, inclusion = None, self.participation.expected_fraction(n)
         release = noise_geometry(model, self.privacy, theta)
         if active.size:
-            stats, central = self.private_stats(federation, theta, active, dp, k + 1, rng, release)
+            stats, central = self.private_stats(federation, theta, active, dp, k + 1, rng, release, inclusion)
             message, q_rows, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
                                                0.0, round_streams(state.entropy, k, active), geometries[1])
             uplink = self.compressor.bits(message)
@@ -233,11 +232,11 @@ class PrivateFedEM(FedEM):
             q_rows, uplink = np.empty((0, model.q)), 0
             if self.privacy.mode == "central":
                 # the release still happens (an empty sum plus noise), as the accountant assumes
-                central = self.central_noise(dp, n, rng, release)
+                central = self.central_noise(dp, inclusion, rng, release)
         zeros, weights = np.zeros(active.size), np.full(n, 1.0 / n)
         # the noise-level floor acts on the noisy target Ŝ_k + H before the step (and the trust
         # region): it reads only released values, the public P_k and τ, so it is post-processing
-        tau = self.noise_std(dp, self.mean_inclusion(n))
+        tau = self.noise_std(dp, inclusion)
         row = self.server_step(state, weights, active, pi, weighted_sums(q_rows, weights[active], pi),
                                np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None, dp_noise=central,
                                project=lambda s: model.dp_denoise(s, release, tau))
