@@ -225,7 +225,7 @@ class Algorithm:
 
     # ------------------------------------------------------------------ server half
     def server_step(self, state, weights, active, pi, sums, loglik, noise, geometries, alpha, tol=None,
-                    dp_noise=None, project=None) -> dict:
+                    project=None) -> dict:
         """Server half of round k -> k+1, in place on ``state``; pure given its inputs.
 
         Parameters
@@ -248,11 +248,8 @@ class Algorithm:
         alpha : float
         tol : float, optional
             Convergence threshold (see :meth:`.controller.StepController.converged`).
-        dp_noise : ndarray of shape (q,), optional
-            Central differential privacy: the server's Gaussian noise, added to H before
-            any step is taken or sent (``docs/privacy.md``).
         project : callable, optional
-            ``project(s) -> s'`` applied to the round's target Ŝ_k + H (after ``dp_noise``)
+            ``project(s) -> s'`` applied to the round's target Ŝ_k + H
             before the step: H becomes project(Ŝ_k + H) − Ŝ_k (differential privacy: the
             noise-level floor, :meth:`~fedemstats.models.base.Model.dp_denoise`).
 
@@ -266,8 +263,6 @@ class Algorithm:
         geometry, coords = geometries
         w = weights[active]
         h, state.v = direction(state.v, sums, alpha)
-        if dp_noise is not None:
-            h = h + dp_noise
         if project is not None:
             h = project(state.s_hat + h) - state.s_hat
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)

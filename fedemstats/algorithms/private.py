@@ -237,9 +237,13 @@ class PrivateFedEM(FedEM):
         # the noise-level floor acts on the noisy target Ŝ_k + H before the step (and the trust
         # region): it reads only released values, the public P_k and τ, so it is post-processing
         tau = self.noise_std(dp, inclusion)
-        row = self.server_step(state, weights, active, pi, weighted_sums(q_rows, weights[active], pi),
-                               np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None, dp_noise=central,
-                               project=lambda s: model.dp_denoise(s, release, tau))
+        horvitz_thompson, plain = weighted_sums(q_rows, weights[active], pi)
+        if central is not None:
+            # central mode: the server's Gaussian noise joins the noisy sum before any step is
+            # taken or sent (V = 0: no memories, so H is this sum)
+            horvitz_thompson = horvitz_thompson + central
+        row = self.server_step(state, weights, active, pi, (horvitz_thompson, plain), np.full(active.size, np.nan),
+                               (zeros, zeros), geometries, 0.0, None, project=lambda s: model.dp_denoise(s, release, tau))
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),

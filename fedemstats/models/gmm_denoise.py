@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._linalg import symmetrize
 from ._mixture import RESP_FLOOR
 
 __all__ = ["NOISE_FLOOR", "floor_noisy_covariances"]
@@ -40,7 +41,7 @@ NOISE_FLOOR = 0.5
 
 def _floor_eigenvalues(C, floor):
     """Symmetric matrices C (..., d, d) with their eigenvalues raised to ``floor`` (...,)."""
-    w, V = np.linalg.eigh(0.5 * (C + np.swapaxes(C, -1, -2)))
+    w, V = np.linalg.eigh(symmetrize(C))
     w = np.maximum(w, floor[..., None])
     return np.matmul(V * w[..., None, :], np.swapaxes(V, -1, -2))
 
@@ -71,9 +72,8 @@ def floor_noisy_covariances(model, s, geometry, noise_std):
     # shrinks that component's mean towards the geometry's centre (the previous mean)
     y0 = np.maximum(y["resp"], max(NOISE_FLOOR * noise_std, RESP_FLOOR))
     mu = y["sum_x"] / y0[:, None]
-    y2 = y["sum_xx"]
+    y2, t = y["sum_xx"], noise_std / y0  # t: the noise of one covariance entry per component
     if ct == "full":
-        t = noise_std / y0
         C = y2 / y0[:, None, None] - mu[:, :, None] * mu[:, None, :]
         y2 = y0[:, None, None] * (_floor_eigenvalues(C, NOISE_FLOOR * t * np.sqrt(d))
                                   + mu[:, :, None] * mu[:, None, :])
@@ -83,10 +83,8 @@ def floor_noisy_covariances(model, s, geometry, noise_std):
         C = (y2 - between) / total
         y2 = total * _floor_eigenvalues(C, np.asarray(NOISE_FLOOR * noise_std / total * np.sqrt(d))) + between
     elif ct == "diag":
-        t = noise_std / y0
         y2 = y0[:, None] * (np.maximum(y2 / y0[:, None] - mu ** 2, NOISE_FLOOR * t[:, None]) + mu ** 2)
     else:
-        t = noise_std / y0
         var = (y2 / y0 - np.sum(mu ** 2, axis=1)) / d
         y2 = y0 * (d * np.maximum(var, NOISE_FLOOR * t / d) + np.sum(mu ** 2, axis=1))
     y["resp"], y["sum_xx"] = y0, y2

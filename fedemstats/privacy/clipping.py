@@ -24,14 +24,15 @@ def clip_rows(X, center, scale, radius):
         center + scale · u · min(1, radius / ‖u‖); rows inside the ball are unchanged.
     """
     u = (np.asarray(X, dtype=np.float64) - center) / scale
-    norms = np.sqrt(np.nansum(u * u, axis=1))
-    factor = np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
-    return center + scale * (u * factor[:, None])
+    return center + scale * _shrink(u, np.sqrt(np.nansum(u * u, axis=1)), radius)
 
 
 def clip_vectors(V, bound):
     """Each row of ``V`` (shape (n, q)) scaled down to norm ≤ ``bound``; returns a new array."""
     V = np.asarray(V, dtype=np.float64)
-    norms = np.linalg.norm(V, axis=1)
-    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
-    return V * factor[:, None]
+    return _shrink(V, np.linalg.norm(V, axis=1), bound)
+
+
+def _shrink(V, norms, bound):
+    """Rows of ``V`` times min(1, bound / norm) (a zero row stays zero)."""
+    return V * np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))[:, None]
