@@ -111,7 +111,7 @@ class Cluster:
             ids[n] = int(json.loads(out[out.index("{"):])["node-id"])
         return ids
 
-    def start_node(self, name, partition, plaintext=False):
+    def start_node(self, name, partition, plaintext=False, extra_config=None):
         """Start SuperNode ``name`` serving ``partition-<partition>.csv``.
 
         In a secure cluster the node verifies the SuperLink with the CA and signs with
@@ -120,6 +120,8 @@ class Cluster:
         over an insecure channel) to the TLS SuperLink.
         """
         node_config = f'partition-id={partition} data-path="{self.data / f"partition-{partition}.csv"}"'
+        for key, value in (extra_config or {}).items():
+            node_config += f" {key}={json.dumps(value)}"
         if self.secure and not plaintext:
             keys = self.node_keys.get(name) or self.make_keys(name)
             transport = ["--root-certificates", str(self.tls.ca_cert), "--auth-supernode-private-key",
@@ -131,8 +133,9 @@ class Cluster:
         self._spawn(name, ["flower-supernode", *transport, "--superlink", self.address,
                            "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config])
 
-    def start(self, n_nodes):
-        """SuperLink, then ``n_nodes`` SuperNodes node0, node1, ... (keys registered first when secure)."""
+    def start(self, n_nodes, extra_config=None):
+        """SuperLink, then ``n_nodes`` SuperNodes node0, node1, ... (keys registered first when secure),
+        each with ``extra_config`` added to its node config."""
         self.start_superlink()
         names = [f"node{i}" for i in range(n_nodes)]
         if self.secure:
@@ -140,7 +143,7 @@ class Cluster:
                 self.make_keys(n)
             self.registered = self.register(names)
         for i, n in enumerate(names):
-            self.start_node(n, i)
+            self.start_node(n, i, extra_config=extra_config)
 
     def wait_exit(self, name, timeout=START_TIMEOUT):
         return self.procs[name].wait(timeout)

@@ -28,10 +28,13 @@ import numpy as np
 from ..compression import make_compressor
 from ..ledger import FLOAT64_BITS
 from ..participation import BernoulliParticipation, FixedSizeParticipation, FullParticipation
-from ..privacy import (PrivacyPlan, calibrate_noise_multiplier, check_privacy, client_noise_generator,
-                       epsilon_spent, gaussian_noise, noise_share_std, sampling_rate)
+from ..privacy import (PrivacyPlan, calibrate_noise_multiplier, check_privacy, epsilon_spent, gaussian_noise,
+                       sampling_rate)
+from ..privacy.secagg import share_bits
 from .controller import StepController
 from .fedem import FedEM
+from .private_secagg import (Release, count_grid, count_share, grid_sensitivity, share_grid, stats_shares,
+                             sums_from_total)
 from .private_stats import clipped_contributions, noise_geometry, sensitivity
 from .server import client_update, weighted_sums
 from .state import draw_entropy
@@ -46,8 +49,6 @@ logger = logging.getLogger(__name__)
 DP_DEFAULT_STEP = 1.0
 #: the noisy count is floored here (a count cannot be below one row or client)
 MIN_COUNT = 1.0
-#: the "round" key of the clients' count-noise streams (apart from every real round)
-COUNT_STREAM = 2 ** 32
 
 
 class PrivateFedEM(FedEM):
@@ -114,9 +115,9 @@ class PrivateFedEM(FedEM):
         return StepController(make_step_size(rule), True, self.safeguard, watchdog=False)
 
     # ------------------------------------------------------------------ the mechanism
-    def private_stats(self, federation, theta, clients, dp, round_, rng, geometry, pi):
-        """The active clients' noised statistics S_i = n P⁻¹(c_i + ζ_i) / Ñ and the server's
-        central noise on H (None in distributed mode).
+    def private_stats(self, federation, theta, clients, dp, rng, geometry, pi):
+        """Central mode: the active clients' clipped statistics S_i = n P⁻¹ c_i / Ñ and the
+        server's noise on H.
 
         Parameters
         ----------
@@ -129,22 +130,27 @@ class PrivateFedEM(FedEM):
         -------
         stats : ndarray of shape (m, q)
             Raw statistic coordinates.
-        dp_noise : ndarray of shape (q,) or None
-            P⁻¹ Z / (π Ñ) with Z ~ N(0, σ²Δ² I), in central mode.
+        dp_noise : ndarray of shape (q,)
+            P⁻¹ Z / (π Ñ) with Z ~ N(0, σ²Δ² I).
         """
-        cfg, n = self.privacy, federation.n_clients
-        contrib, _ = clipped_contributions(self.model, federation, theta, clients, cfg, geometry)
-        std = dp["sigma"] * dp["sensitivity"]
-        if cfg.mode == "distributed":
-            share = noise_share_std(std, clients.size, cfg.mode)
-            contrib = contrib + np.vstack([gaussian_noise(self.model.q, share, client_noise_generator(
-                dp["entropy"], round_, i)) for i in clients])
-            central = None
-        else:
-            central = self.central_noise(dp, pi, rng, geometry)
-        # P⁻¹ is linear and public: each client's share maps back on its own, and the sum
-        # of the mapped shares is P⁻¹ of the noisy sum (post-processing of the release)
-        return n * geometry.inverse(contrib) / dp["count"], central
+        contrib, _ = clipped_contributions(self.model, federation, theta, clients, self.privacy, geometry)
+        # P⁻¹ is linear and public: the mapped noise is P⁻¹ of the noisy sum's noise
+        return federation.n_clients * geometry.inverse(contrib) / dp["count"], \
+            self.central_noise(dp, pi, rng, geometry)
+
+    def secure_total(self, federation, theta, clients, dp, stream, geometry):
+        """Distributed mode: Σ_{i∈clients} u_i, the one value secure aggregation gives the
+        server (:mod:`.private_secagg`; summed here, exactly, since every u_i is on the grid)."""
+        if not clients.size:
+            return np.zeros(self.model.q)
+        release = self.release(dp, clients.size, stream)
+        return stats_shares(self.model, federation, theta, clients, clients, self.privacy, geometry, release,
+                            dp["entropy"]).sum(axis=0)
+
+    @staticmethod
+    def release(dp, n_active, stream) -> Release:
+        """The public description of one distributed release."""
+        return Release(dp["sigma"], dp["sensitivity"], dp["count"], dp["grid"], int(n_active), int(stream))
 
     def central_noise(self, dp, pi, rng, geometry):
         """The server's draw on H in central mode: P⁻¹ Z / (π Ñ), Z ~ N(0, σ²Δ² I) of shape (q,),
@@ -159,19 +165,54 @@ class PrivateFedEM(FedEM):
         return dp["sigma"] * dp["sensitivity"] / (pi * dp["count"])
 
     def private_count(self, federation, dp, rng) -> float:
-        """Ñ: the public count, or Σ counts + N(0, σ²) released once (floored at one)."""
+        """Ñ: the public count, or Σ counts + N(0, σ²) released once (floored at one); in
+        distributed mode the clients' shares on secure aggregation's grid."""
         cfg = self.privacy
         if cfg.public_count is not None:
             return float(cfg.public_count)
         counts = federation.sizes.astype(np.float64) if cfg.level == "row" else np.ones(federation.n_clients)
-        total = float(counts.sum())
         if cfg.mode == "central":
-            total += float(gaussian_noise((), dp["sigma"], rng))
+            total = float(counts.sum()) + float(gaussian_noise((), dp["sigma"], rng))
         else:
-            share = noise_share_std(dp["sigma"], federation.n_clients, cfg.mode)
-            total += sum(float(gaussian_noise((), share, client_noise_generator(dp["entropy"], COUNT_STREAM, i)))
-                         for i in range(federation.n_clients))
+            grid = count_grid(dp["sigma"], federation.n_clients)
+            total = sum(count_share(c, dp["sigma"], federation.n_clients, grid, dp["entropy"], i)
+                        for i, c in enumerate(counts))
         return max(total, MIN_COUNT)
+
+    def distributed_setup(self, dp, n_clients) -> None:
+        """After the count: the shares' grid and the sensitivity Δ' it implies (in place)."""
+        dp["grid"] = share_grid(dp["sigma"], dp["sensitivity"], dp["count"], n_clients)
+        dp["sensitivity"] = grid_sensitivity(dp["sensitivity"], dp["grid"], dp["count"], self.model.q)
+
+    def new_dp(self, n_clients, rng) -> dict:
+        """σ (calibrated for ``planned_rounds``), Δ, the noise entropy and the plan."""
+        if self.planned_rounds is None:
+            raise ValueError("PrivateFedEM needs the number of rounds before it starts: use run(..., n_rounds).")
+        plan = self.plan(n_clients, self.planned_rounds)
+        return {"sigma": self.noise_multiplier(plan), "sensitivity": sensitivity(self.model, self.privacy),
+                "entropy": draw_entropy(rng), "plan": plan}
+
+    def state_from_release(self, s0, dp, geometry, n_clients):
+        """The state after round 0 from the released Ŝ_0 (no memories), its covariances
+        floored at the noise level (post-processing of the release)."""
+        weights = np.full(n_clients, 1.0 / n_clients)
+        state, _ = self.initial_state((np.zeros((n_clients, self.model.q)), np.full(n_clients, np.nan)), None,
+                                      weights, dp["entropy"])
+        state.s_hat = self.model.dp_denoise(s0, geometry, self.noise_std(dp, 1.0))
+        state.scale = float(np.max(np.abs(s0)))
+        state.extra["dp"] = dp
+        return state
+
+    def step_on_release(self, state, n_clients, active, pi, sums, release, dp, inclusion) -> dict:
+        """The server half of a private round on the release's (Horvitz-Thompson, plain) sums:
+        the noise-level floor on the noisy target Ŝ_k + H, then the step and the trust region,
+        all post-processing (they read released values, the public P_k and τ only)."""
+        theta = self.model.t_map(state.s_hat)
+        geometries = self.round_geometries(theta, state.s_hat, n_clients)
+        zeros, tau = np.zeros(active.size), self.noise_std(dp, inclusion)
+        return self.server_step(state, np.full(n_clients, 1.0 / n_clients), active, pi, sums,
+                                np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None,
+                                project=lambda s: self.model.dp_denoise(s, release, tau))
 
     # ------------------------------------------------------------------ round 0 and the rounds
     def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None):
@@ -184,35 +225,29 @@ class PrivateFedEM(FedEM):
     def init_state(self, federation, theta0, rng, ledger, history):
         """Round 0: the private count, then Ŝ_0 from every client's noised statistics at the
         public θ_0 (one release); no memories."""
-        if self.planned_rounds is None:
-            raise ValueError("PrivateFedEM needs the number of rounds before it starts: use run(..., n_rounds).")
         n, q = federation.n_clients, self.model.q
-        plan = self.plan(n, self.planned_rounds)
-        sigma = self.noise_multiplier(plan)
-        entropy = draw_entropy(rng)
-        dp = {"sigma": sigma, "sensitivity": sensitivity(self.model, self.privacy), "entropy": entropy,
-              "plan": plan}
+        dp = self.new_dp(n, rng)
         dp["count"] = self.private_count(federation, dp, rng)
         everyone = np.arange(n)
         geometry = noise_geometry(self.model, self.privacy, theta0)
-        stats, central = self.private_stats(federation, theta0, everyone, dp, 0, rng, geometry, 1.0)
-        if central is not None:
+        if self.privacy.mode == "central":
+            stats, central = self.private_stats(federation, theta0, everyone, dp, rng, geometry, 1.0)
             # round 0 has every client (π = 1): Ŝ_0 = mean_i S_i + P⁻¹ Z / Ñ
-            stats = stats + central[None, :]
-        weights = np.full(n, 1.0 / n)
-        state, _ = self.initial_state((stats, np.full(n, np.nan)), None, weights, entropy)
-        # the noise-level floor of the covariances: a function of the released Ŝ_0, the public
-        # geometry and τ only, so post-processing (free in DP terms)
-        state.s_hat = self.model.dp_denoise(state.s_hat, geometry, self.noise_std(dp, 1.0))
-        state.extra["dp"] = dp
-        uplink = n * (q + 1) * FLOAT64_BITS
+            s0 = np.full(n, 1.0 / n) @ (stats + central[None, :])
+            uplink = n * (q + 1) * FLOAT64_BITS
+        else:
+            self.distributed_setup(dp, n)
+            # mean_i n P⁻¹ u_i = P⁻¹ Σ u_i
+            s0 = geometry.inverse(self.secure_total(federation, theta0, everyone, dp, 0, geometry)[None, :])[0]
+            uplink = n * (share_bits(1) * (self.privacy.public_count is None) + share_bits(q))
+        state = self.state_from_release(s0, dp, geometry, n)
         downlink = n * self.model.n_parameters(theta0) * FLOAT64_BITS
         ledger.record(0, uplink, downlink, n)
         history.append(round=0, loglik=np.nan, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
                        step_size=np.nan, h_norm2=self.h_norm2(federation, state.s_hat), n_cond_exp=federation.n_rows,
-                       epsilon=epsilon_spent(sigma, plan, 1), noise_multiplier=sigma)
-        logger.info("private FedEM: noise multiplier %.4g, sensitivity %.4g, %d releases", sigma,
-                    dp["sensitivity"], plan.rounds)
+                       epsilon=epsilon_spent(dp["sigma"], dp["plan"], 1), noise_multiplier=dp["sigma"])
+        logger.info("private FedEM: noise multiplier %.4g, sensitivity %.4g, %d releases", dp["sigma"],
+                    dp["sensitivity"], dp["plan"].rounds)
         return state
 
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):
@@ -220,30 +255,15 @@ class PrivateFedEM(FedEM):
         model, k, dp, n = self.model, state.round, state.extra["dp"], federation.n_clients
         active, pi = self.participation.sample(k, n, rng)
         theta = model.t_map(state.s_hat)
-        geometries = self.round_geometries(theta, state.s_hat, n)
-        central, inclusion = None, self.participation.expected_fraction(n)
+        inclusion = self.participation.expected_fraction(n)
         release = noise_geometry(model, self.privacy, theta)
-        if active.size:
-            stats, central = self.private_stats(federation, theta, active, dp, k + 1, rng, release, inclusion)
-            message, q_rows, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
-                                               0.0, round_streams(state.entropy, k, active), geometries[1])
-            uplink = self.compressor.bits(message)
+        if self.privacy.mode == "distributed":
+            total = self.secure_total(federation, theta, active, dp, k + 1, release)
+            sums = sums_from_total(total, release, state.s_hat, active.size, n, inclusion)
+            uplink = active.size * share_bits(model.q)
         else:
-            q_rows, uplink = np.empty((0, model.q)), 0
-            if self.privacy.mode == "central":
-                # the release still happens (an empty sum plus noise), as the accountant assumes
-                central = self.central_noise(dp, inclusion, rng, release)
-        zeros, weights = np.zeros(active.size), np.full(n, 1.0 / n)
-        # the noise-level floor acts on the noisy target Ŝ_k + H before the step (and the trust
-        # region): it reads only released values, the public P_k and τ, so it is post-processing
-        tau = self.noise_std(dp, inclusion)
-        horvitz_thompson, plain = weighted_sums(q_rows, weights[active], pi)
-        if central is not None:
-            # central mode: the server's Gaussian noise joins the noisy sum before any step is
-            # taken or sent (V = 0: no memories, so H is this sum)
-            horvitz_thompson = horvitz_thompson + central
-        row = self.server_step(state, weights, active, pi, (horvitz_thompson, plain), np.full(active.size, np.nan),
-                               (zeros, zeros), geometries, 0.0, None, project=lambda s: model.dp_denoise(s, release, tau))
+            sums, uplink = self._central_sums(state, federation, theta, active, pi, dp, rng, release, inclusion)
+        row = self.step_on_release(state, n, active, pi, sums, release, dp, inclusion)
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),
@@ -251,3 +271,21 @@ class PrivateFedEM(FedEM):
                        epsilon=epsilon_spent(dp["sigma"], dp["plan"], state.round + 1),
                        noise_multiplier=dp["sigma"], **row)
         return state
+
+    def _central_sums(self, state, federation, theta, active, pi, dp, rng, release, inclusion):
+        """Central mode: the clients' clipped statistics through FedEM's own client half, and the
+        server's Gaussian noise joined to the sum before any step is taken or sent (V = 0: no
+        memories, so H is this sum). The release happens even with no client (an empty sum plus
+        noise), as the accountant assumes."""
+        n, k = federation.n_clients, state.round
+        if active.size:
+            stats, central = self.private_stats(federation, theta, active, dp, rng, release, inclusion)
+            coords = self.round_geometries(theta, state.s_hat, n)[1]
+            message, q_rows, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
+                                               0.0, round_streams(state.entropy, k, active), coords)
+            uplink = self.compressor.bits(message)
+        else:
+            q_rows, uplink = np.empty((0, self.model.q)), 0
+            central = self.central_noise(dp, inclusion, rng, release)
+        horvitz_thompson, plain = weighted_sums(q_rows, np.full(active.size, 1.0 / n), pi)
+        return (horvitz_thompson + central, plain), uplink

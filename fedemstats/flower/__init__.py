@@ -40,8 +40,10 @@ if _version_tuple(getattr(_flwr, "__version__", "0")) < MIN_FLWR_VERSION:  # pra
 
 from .client import load_csv_partition, make_client_app  # noqa: E402
 from .gmm import GMMProblem  # noqa: E402
+from .private_client import make_private_client_app  # noqa: E402
+from .private_strategy import PrivateFedEMStrategy  # noqa: E402
 from .records import wire_bytes  # noqa: E402
-from .server import make_server_app  # noqa: E402
+from .server import make_private_server_app, make_server_app  # noqa: E402
 from .settings import FedEMSettings  # noqa: E402
 from .strategy import FedEMStrategy  # noqa: E402
 
@@ -51,6 +53,9 @@ __all__ = [
     "GMMProblem",
     "load_csv_partition",
     "make_client_app",
+    "make_private_client_app",
+    "make_private_server_app",
     "make_server_app",
+    "PrivateFedEMStrategy",
     "wire_bytes",
 ]

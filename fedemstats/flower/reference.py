@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..algorithms.private import PrivateFedEM
+from ..algorithms.private_stats import public_federation, public_model, public_theta
 from ..federation import Federation
 from ..participation import WithAbsences, make_participation
 
-__all__ = ["reference_run", "max_abs_difference"]
+__all__ = ["reference_run", "private_reference_run", "max_abs_difference"]
 
 
 def reference_run(partitions, problem, settings, absent=None):
@@ -44,6 +46,27 @@ def reference_run(partitions, problem, settings, absent=None):
         participation = WithAbsences(make_participation(settings.participation),
                                      {int(r) - 1: clients for r, clients in absent.items()})
     return settings.algorithm(model, participation).run(fed, theta0, settings.n_rounds, random_state=rng)
+
+
+def private_reference_run(partitions, problem, settings, privacy):
+    """In-process private FedEM equivalent of a :class:`~.private_strategy.PrivateFedEMStrategy` run
+    (``privacy.mode="distributed"``): θ_0 from the public geometry, then the engine, from one
+    generator seeded with ``settings.seed``. Its noise comes from the run's entropy
+    (``result.state.extra["dp"]["entropy"]``): give that to the nodes as ``dp-noise-key`` to
+    reproduce it on Flower.
+
+    Returns
+    -------
+    FitResult
+    """
+    fed = Federation.from_clients(partitions)
+    d = fed.n_features
+    model = public_model(problem.build_model(d, np.zeros(d)), privacy)
+    rng = np.random.default_rng(settings.seed)
+    theta0 = public_theta(model, privacy, rng, method=problem.init)
+    algo = PrivateFedEM(model, privacy, participation=settings.participation, step_size=settings.step_size,
+                        safeguard=settings.safeguard)
+    return algo.run(public_federation(fed, model, privacy), theta0, settings.n_rounds, random_state=rng)
 
 
 def max_abs_difference(result: dict, reference) -> dict:

@@ -6,10 +6,11 @@ import logging
 from flwr.serverapp import ServerApp
 
 from .gmm import PROBLEM_TYPES
+from .private_strategy import PrivateFedEMStrategy, privacy_from_run_config
 from .settings import FedEMSettings
 from .strategy import FedEMStrategy
 
-__all__ = ["make_server_app", "problem_from_run_config"]
+__all__ = ["make_server_app", "make_private_server_app", "problem_from_run_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,37 @@ def make_server_app(problem=None, settings=None, on_result=None) -> ServerApp:
         run_problem = problem if problem is not None else problem_from_run_config(context.run_config)
         result = FedEMStrategy(run_problem, run_settings).start(grid)
         logger.info("FedEM finished after %d rounds", result["round"])
+        if on_result is not None:
+            on_result(result)
+
+    return app
+
+
+def make_private_server_app(problem=None, settings=None, privacy=None, on_result=None) -> ServerApp:
+    """A Flower ``ServerApp`` running differentially private FedEM with SecAgg+
+    (:class:`~.private_strategy.PrivateFedEMStrategy`; its nodes run
+    :func:`~.private_client.make_private_client_app`).
+
+    Parameters
+    ----------
+    problem, settings, on_result
+        As :func:`make_server_app`.
+    privacy : DPConfig, optional
+        Defaults for the run; run-config keys ``dp-*``
+        (:data:`~.private_strategy.PRIVACY_RUN_CONFIG_KEYS`) override them. The mode is
+        always ``"distributed"``.
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        _show_logs_in_flower_run_log()
+        run_settings = FedEMSettings.from_run_config(context.run_config, base=settings)
+        run_problem = problem if problem is not None else problem_from_run_config(context.run_config)
+        run_privacy = privacy_from_run_config(context.run_config, base=privacy)
+        result = PrivateFedEMStrategy(run_problem, run_settings, run_privacy).start(grid, context)
+        logger.info("private FedEM finished after %d rounds, epsilon spent %.4g", result["round"],
+                    result["privacy"]["epsilon"])
         if on_result is not None:
             on_result(result)
 

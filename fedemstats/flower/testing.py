@@ -12,6 +12,7 @@ import itertools
 import logging
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -94,6 +95,10 @@ class LocalGrid(Grid):
             self.sent_to.append((message.metadata.message_type, node_id))
             if node_id in self.silent or node_id not in self.contexts:
                 continue  # as a timed-out node: no reply at all
+            # what a transport delivers, a serialised copy: a node must not see (or change) the
+            # server's objects; Flower's SecAgg+ builds one message content for every node, and
+            # its mod pops the stage key from what it receives
+            message = message_from_proto(message_to_proto(message))
             try:
                 replies.append(self.client_app(message, self.contexts[node_id]))
             except Exception as exc:  # noqa: BLE001 - Flower turns ClientApp failures into error replies
