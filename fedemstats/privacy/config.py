@@ -41,8 +41,10 @@ class DPConfig:
         Neighbouring datasets differ by one row, or by one whole client.
     mode : {"central", "distributed"}, default="central"
         ``"central"``: the (trusted) server adds the noise to the aggregate.
-        ``"distributed"``: each active client adds N(0, σ²Δ²/n_active); the stated
-        guarantee then needs secure aggregation (the server may only see the sum).
+        ``"distributed"``: each active client adds N(0, σ²Δ'²/n_active) and puts its share on
+        secure aggregation's integer grid; the stated guarantee needs the server to see only
+        the sum, which Flower's SecAgg+ provides (``fedemstats.flower.make_private_server_app``;
+        ``docs/privacy.md``, "Secure aggregation on Flower").
     noise_multiplier : float, optional
         σ (noise std over sensitivity); when given, the ε spent is reported instead.
     client_clip : float, optional
