@@ -126,6 +126,10 @@ def clipped_contributions(model, federation, theta, clients, config, geometry=No
     for start in range(0, X.shape[0], ROWS_PER_CHUNK):
         rows = X[start:start + ROWS_PER_CHUNK]
         per_row, _ = model.segment_stats(rows, np.arange(rows.shape[0] + 1), theta)
+        # np.add.at adds row by row in row order, so a client's sum does not depend on how the
+        # rows are chunked or which other clients share a chunk: a Flower node's sum equals the
+        # in-process one bit for bit, which the distributed mode's round-to-grid relies on
+        # (a reduceat over chunk pieces would not: _patterns.segment_sums)
         np.add.at(sums, owner[start:start + rows.shape[0]], clip_vectors(geometry.forward(per_row), bound))
     sizes = np.diff(seg).astype(np.float64)
     if config.level == "row":
