@@ -163,6 +163,11 @@ class Geometry:
         """
         return self.forward(s)
 
+    def unwhiten_point(self, y) -> np.ndarray:
+        """The points whose :meth:`whiten_point` is ``y`` (m, q): :meth:`inverse` unless the
+        whitening is affine."""
+        return self.inverse(y)
+
     def _inside(self, points) -> np.ndarray:
         """Whether each row of ``points`` (n, q), finite, is inside the trust region; (n,) bool."""
         raise NotImplementedError

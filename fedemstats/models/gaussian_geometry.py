@@ -68,6 +68,10 @@ class GaussianGeometry(Geometry):
         """Affine whitening of points (count 1), shape (m, q)."""
         return self._apply(s, 1)
 
+    def unwhiten_point(self, y):
+        """Inverse of :meth:`whiten_point` (count 1), shape (m, q)."""
+        return self._apply(y, 1, inverse=True)
+
     def _inside(self, points):
         y1, y2 = self._split(self.whiten_point(points))
         return self.map.min_variance(np.ones((y1.shape[0], 1)), y1[:, None], y2[:, None])[:, 0] >= TRUST_RATIO
