@@ -77,3 +77,31 @@ def test_bad_input_is_refused_naming_the_argument(X, cfg, estimator_kw, match):
 def test_a_non_config_privacy_is_refused(X):
     with pytest.raises(ValueError, match="privacy"):
         FederatedGaussianMixture(2, privacy={"epsilon": 1.0}).fit(X)
+
+
+@pytest.mark.parametrize("model, n_components", [("poisson", 3), ("gmm", 3)])
+def test_a_private_fit_honours_init_params(model, n_components):
+    """init_params reaches the public θ_0 of a private fit (the Poisson imputer's was ignored)."""
+    rng = np.random.default_rng(3)
+    X = rng.poisson(rng.choice([1.0, 6.0, 15.0], size=(400, 1)), size=(400, 4)).astype(float)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    cfg = DPConfig(epsilon=4.0, clip=4.0)
+    fits = {init: FederatedImputer(model=model, n_components=n_components, init_params=init, max_iter=1,
+                                   random_state=0, privacy=cfg).fit(X) for init in ("kmeans", "random")}
+    assert not np.allclose(fits["kmeans"].transform(X), fits["random"].transform(X))
+
+
+def test_a_private_fit_never_initialises_on_the_data(X, monkeypatch):
+    """θ_0 of a private fit comes from the public geometry alone: init_theta never sees the rows."""
+    from fedemstats.models import GaussianMixtureModel
+
+    seen, real = [], GaussianMixtureModel.init_theta
+
+    def recording(self, federation, *args, **kwargs):
+        seen.append(federation.n_rows)
+        return real(self, federation, *args, **kwargs)
+    monkeypatch.setattr(GaussianMixtureModel, "init_theta", recording)
+    FederatedGaussianMixture(2, max_iter=2, random_state=0, privacy=DPConfig(epsilon=2.0)).fit(X)
+    assert seen and X.shape[0] not in seen
+    FederatedGaussianMixture(2, max_iter=2, random_state=0).fit(X)
+    assert seen[-1] == X.shape[0]  # the non-private fit does (the test can fail)

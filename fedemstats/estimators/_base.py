@@ -157,8 +157,12 @@ class FederatedEMMixin:
         """Run from ``n_init`` starts (``initial_theta()`` draws each), store and return
         the run with the best final log-likelihood (scikit-learn's ``n_init`` rule)."""
         best = None
+        private = getattr(self, "privacy", None) is not None
         for _ in range(n_init):
-            result = self._run_algorithm(model, federation, initial_theta(), rng)
+            # a private fit starts from a public θ_0 (run_private): the data-derived start would
+            # read the clients' rows outside the mechanism, and move the generator by a
+            # data-dependent number of draws before the noise is drawn from it
+            result = self._run_algorithm(model, federation, None if private else initial_theta(), rng)
             if best is None or result.history["loglik"].iloc[-1] > best.history["loglik"].iloc[-1]:
                 best = result
         self._store_run(best)

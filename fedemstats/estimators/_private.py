@@ -46,8 +46,7 @@ def run_private(est, model, federation, rng):
     cfg = est.privacy
     private_model = public_model(model, cfg)
     clipped = public_federation(federation, private_model, cfg)
-    init = {"method": est.init_params} if hasattr(est, "init_params") and "method" in \
-        private_model.init_theta.__code__.co_varnames else {}
+    init = {"method": est.init_params} if hasattr(est, "init_params") and private_model.init_methods else {}
     theta0 = public_theta(private_model, cfg, rng, **init)
     algo = PrivateFedEM(private_model, cfg, participation=est.participation, step_size=est.step_size,
                         safeguard=est.safeguard, compressor=est.compressor)

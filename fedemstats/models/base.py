@@ -69,6 +69,8 @@ class Model:
     layout: StatLayout
     #: whether rows may contain NaN (missing values marginalised by the model)
     allow_nan: bool = False
+    #: the ``init_theta(method=...)`` choices of the model (empty: it takes no ``method``)
+    init_methods: tuple = ()
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -16,7 +16,7 @@ from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
-from ._summaries import global_mean
+from ._summaries import INIT_METHODS, global_mean
 from .base import Model
 from .gmm_denoise import floor_noisy_covariances
 from .gmm_geometry import gmm_geometry
@@ -107,6 +107,8 @@ class GaussianMixtureModel(Model):
         symmetric and sent as packed upper triangles; diag (K, d), spherical (K,)), all
         per-row means on ``x - shift``.
     """
+
+    init_methods = INIT_METHODS
 
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None):
         self.n_components = check_int(n_components, "n_components")

@@ -18,7 +18,7 @@ from .._validation import check_int, check_rng
 from ..layout import StatLayout
 from ._mixture import component_mass, draw_components, log_norm_resp
 from ._patterns import rows_per_chunk, segment_sums
-from ._summaries import SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
+from ._summaries import INIT_METHODS, SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
 from .base import Model
 from .poisson_geometry import poisson_geometry
 
@@ -99,6 +99,7 @@ class PoissonMixtureModel(Model):
     """
 
     allow_nan = True
+    init_methods = INIT_METHODS
 
     def __init__(self, n_components, n_features):
         self.n_components = check_int(n_components, "n_components")
@@ -169,9 +170,9 @@ class PoissonMixtureModel(Model):
             fill = r @ theta.rates
         return np.where(observed, X, fill)
 
-    def init_theta(self, federation, rng=None, **kwargs) -> PoissonMixtureParams:
+    def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> PoissonMixtureParams:
         """Federated initialisation; see :func:`init_poisson_mixture`."""
-        return init_poisson_mixture(federation, self, rng=rng, **kwargs)
+        return init_poisson_mixture(federation, self, method=method, rng=rng, **kwargs)
 
 
 def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_MIN_ROWS):
