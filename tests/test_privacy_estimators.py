@@ -44,12 +44,24 @@ def test_privacy_none_changes_nothing(X):
     assert "epsilon" not in none.history_ and not hasattr(none, "privacy_spent_")
 
 
+#: seeds run, and how many must find both clusters (measured: 12 of 16, before and after the
+#: private fit stopped drawing a data-derived start; the others sit near the symmetric point
+#: where both components are the global Gaussian after 8 rounds: θ_0 comes from public
+#: information alone, and k-means on the public stand-in splits it along a random direction)
+USEFUL_SEEDS, USEFUL_MIN = 16, 11
+
+
 def test_private_fit_is_useful_at_a_large_budget():
-    """Two well-separated clusters of 2,000 rows are found at ε = 8 (means within 0.5 of ±2)."""
+    """Two well-separated clusters of 2,000 rows are found at ε = 8 (means within 0.5 of ±2)
+    from most random starts."""
     rng = np.random.default_rng(1)
     X = np.vstack([rng.normal(-2, 1, (2000, 3)), rng.normal(2, 1, (2000, 3))])
-    est = FederatedGaussianMixture(2, max_iter=8, random_state=0, privacy=DPConfig(epsilon=8.0, clip=4.0)).fit(X)
-    np.testing.assert_allclose(np.sort(est.means_[:, 0]), [-2, 2], atol=0.5)
+    found = 0
+    for seed in range(USEFUL_SEEDS):
+        est = FederatedGaussianMixture(2, max_iter=8, random_state=seed,
+                                       privacy=DPConfig(epsilon=8.0, clip=4.0)).fit(X)
+        found += np.allclose(np.sort(est.means_[:, 0]), [-2, 2], atol=0.5)
+    assert found >= USEFUL_MIN, found
 
 
 @pytest.mark.parametrize("cfg, estimator_kw, match", [
