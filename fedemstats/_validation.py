@@ -6,9 +6,10 @@ with a message that says what to do, instead of producing NaN downstream.
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
+
+from ._ranges import column_ranges
 
 __all__ = [
     "check_rng",
@@ -185,17 +186,19 @@ def check_data_range(X, *, name: str = "X") -> None:
     ValueError
         Naming ``name``, the magnitude found and the float64 limit it breaks.
     """
-    if X.size == 0 or np.isnan(X).all():
+    if X.size == 0:
         return
-    magnitude = float(np.nanmax(np.abs(X)))
+    lo, hi = column_ranges(X)
+    seen = lo <= hi
+    if not seen.any():
+        return
+    magnitude = float(np.max(np.maximum(np.abs(lo[seen]), np.abs(hi[seen]))))
     if magnitude > MAX_DATA_MAGNITUDE:
         raise ValueError(
             f"{name} holds values of magnitude {magnitude:.3g}, above {MAX_DATA_MAGNITUDE:.0e}: their squares "
             "and sums of squares are too large for float64 (largest 1.8e308), so the variances cannot be "
             f"represented. Rescale {name} (results are equivariant to rescaling), e.g. divide it by {magnitude:.0e}.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is reported by its own check
-        spread = np.nanmax(X, axis=0) - np.nanmin(X, axis=0)
+    spread = np.where(seen, hi - lo, np.nan)  # an all-NaN column is reported by its own check
     if not np.any(spread > 0) and 0.0 < magnitude < MIN_DATA_SPREAD:
         # every column constant: the data's own magnitude becomes the public scale of its columns
         raise ValueError(

@@ -18,13 +18,17 @@ import pytest
 #: Each of two threads must do at least this share of the kernel's CPU time (an even
 #: split over 2 threads gives 0.5; a serial run gives one thread ~1.0 and the rest ~0).
 MIN_THREAD_SHARE = 0.2
-#: Rows of the parallel call: ~0.5 s of CPU in total, well above the 10 ms clock tick.
+#: Rows of the parallel call, and the calls made: until the process has used at least
+#: MIN_TICKS clock ticks (10 ms each) of CPU, or MAX_CALLS calls. A fixed number of calls
+#: measured 19 ticks on CI once the kernels got faster: too few to read a split from.
 PARALLEL_ROWS = 400_000
-PARALLEL_CALLS = 8
+MIN_TICKS = 100
+MAX_CALLS = 200
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np
+    MAX_CALLS = {max_calls}
     from fedemstats.federation import Federation
     from fedemstats.models import _gmm_kernels as kernels
     from fedemstats.models.gmm import GaussianMixtureModel, make_params
@@ -37,7 +41,7 @@ SCRIPT = textwrap.dedent("""
             out[tid] = int(fields[11]) + int(fields[12])  # utime + stime
         return out
 
-    mode, n_rows, n_calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    mode, n_rows, min_ticks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = np.random.default_rng(0)
     d, K = 10, 5
     X = rng.normal(size=(n_rows, d)) + rng.normal(scale=3, size=(K, d))[rng.integers(K, size=n_rows)]
@@ -47,20 +51,23 @@ SCRIPT = textwrap.dedent("""
     model.client_stats(fed, theta)  # compile or load from the cache; launches the threads
     kernel = kernels.segment_sums if mode == "parallel" else kernels.segment_sums_serial
     before = thread_cpu_ticks()
-    for _ in range(n_calls):
+    for _ in range(MAX_CALLS if min_ticks else 0):
         model.client_stats(fed, theta)
+        after = thread_cpu_ticks()
+        if sum(after[t] - before.get(t, 0) for t in after) >= min_ticks:
+            break
     after = thread_cpu_ticks()
     ticks = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
     print(json.dumps({"hits": sum(kernel.stats.cache_hits.values()),
                       "misses": sum(kernel.stats.cache_misses.values()), "ticks": ticks}))
-""")
+""").replace("{max_calls}", str(MAX_CALLS))
 
 
-def run_step(tmp_path, mode, n_rows, n_calls=0):
+def run_step(tmp_path, mode, n_rows, min_ticks=0):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_NUM_THREADS": "2"}
     script = tmp_path / "step.py"
     script.write_text(SCRIPT)
-    done = subprocess.run([sys.executable, str(script), mode, str(n_rows), str(n_calls)], env=env,
+    done = subprocess.run([sys.executable, str(script), mode, str(n_rows), str(min_ticks)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -68,7 +75,7 @@ def run_step(tmp_path, mode, n_rows, n_calls=0):
 
 def assert_two_threads_share_the_work(ticks):
     total = sum(ticks)
-    assert total >= 20, f"too little CPU time measured: {ticks}"
+    assert total >= MIN_TICKS, f"too little CPU time measured in {MAX_CALLS} calls: {ticks}"
     busy = [t for t in ticks if t >= MIN_THREAD_SHARE * total]
     assert len(busy) >= 2, f"the parallel kernel ran on one thread; CPU ticks per thread: {ticks}"
 
@@ -79,11 +86,11 @@ def assert_two_threads_share_the_work(ticks):
 def test_parallel_kernel_runs_in_parallel_after_the_serial_one_was_cached_first(tmp_path):
     serial = run_step(tmp_path, "serial", 1000)
     assert serial["misses"] == 1 and serial["hits"] == 0  # compiled into the fresh cache
-    first = run_step(tmp_path, "parallel", PARALLEL_ROWS, PARALLEL_CALLS)
+    first = run_step(tmp_path, "parallel", PARALLEL_ROWS, MIN_TICKS)
     # sharing serial's entry would have been a cache hit here (the bug)
     assert first["misses"] == 1 and first["hits"] == 0
     assert_two_threads_share_the_work(first["ticks"])
-    again = run_step(tmp_path, "parallel", PARALLEL_ROWS, PARALLEL_CALLS)
+    again = run_step(tmp_path, "parallel", PARALLEL_ROWS, MIN_TICKS)
     assert again["hits"] == 1 and again["misses"] == 0  # its own entry, loaded
     assert_two_threads_share_the_work(again["ticks"])
     serial_again = run_step(tmp_path, "serial", 1000)

@@ -152,10 +152,17 @@ class Algorithm:
         return self.model.mean_field_norm2(federation, s_hat) if self.track_h else np.nan
 
     # ------------------------------------------------------------------ round 0
+    def mean_field_pass(self, n_clients) -> bool:
+        """Whether round 0 makes the mean-field pass for V_{0,i}: ``v_init="mean-field"`` and a
+        noisy run. Exact EM (lossless both ways, every client, full batches) has
+        H = V + Σ w_i (s̄_i − Ŝ − V_i) = Σ w_i s̄_i − Ŝ whatever the memories, and T(Ŝ_0) is
+        θ_1, whose statistics round 1 computes anyway: the pass would be a duplicate E-step."""
+        return self.v_init == "mean-field" and self.stochastic(n_clients)
+
     def mean_field_point(self, stats0, weights):
         """T(Ŝ_0), where clients upload exact statistics again for mean-field memories;
-        ``None`` when ``v_init="zero"``."""
-        return self.model.t_map(weights @ stats0) if self.v_init == "mean-field" else None
+        ``None`` when :meth:`mean_field_pass` is False."""
+        return self.model.t_map(weights @ stats0) if self.mean_field_pass(weights.shape[0]) else None
 
     def initial_state(self, upload0, upload1, weights, entropy):
         """Round 0 (SPEC §3) from the clients' exact uploads; pure.
@@ -214,7 +221,7 @@ class Algorithm:
         state, loglik = self.round_zero(lambda theta: model.client_stats(federation, theta), theta0,
                                         federation.weights, draw_entropy(rng))
         # the mean-field pass costs one more uncompressed upload and a broadcast of Ŝ_0
-        extra_pass = int(self.v_init == "mean-field")
+        extra_pass = int(self.mean_field_pass(n))
         uplink = n * (q + 1) * FLOAT64_BITS + extra_pass * n * q * FLOAT64_BITS
         downlink = n * model.n_parameters(theta0) * FLOAT64_BITS + extra_pass * n * q * FLOAT64_BITS
         ledger.record(0, uplink, downlink, n)

@@ -35,7 +35,8 @@ class FedEM(Algorithm):
         (:mod:`.controller`); ``"theory"`` is Theorem 1's rule.
     v_init : {"mean-field", "zero"}, default="mean-field"
         ``"mean-field"`` sets V_{0,i} = s̄_i(T(Ŝ_0)) - Ŝ_0 (one uncompressed
-        upload); ``"zero"`` with ``alpha=0`` is naive compressed EM.
+        upload; skipped for exact EM, where the memories cancel); ``"zero"`` with
+        ``alpha=0`` is naive compressed EM.
     batch_size : int, optional
         Rows per client per round; ``None`` uses exact local means.
     precondition : bool, default=True

@@ -80,6 +80,10 @@ class VRFedEM(Algorithm):
         self.batch_size = batch_size
 
     # ------------------------------------------------------------------ setup
+    def mean_field_pass(self, n_clients) -> bool:
+        """Always: Algorithm 2 starts its workers' local statistics from the pass."""
+        return True
+
     def full_batches(self) -> bool:
         """Only ``batch_size="full"`` evaluates every row (else Theorem 3's mini-batches)."""
         return self.batch_size == FULL_BATCH

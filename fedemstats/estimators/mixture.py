@@ -62,6 +62,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     alpha : float, optional
         Memory step; default ``1 / (1 + ω)``.
     v_init : {"mean-field", "zero"}, default="mean-field"
+        Initial client memories (:class:`~fedemstats.algorithms.FedEM`); exact EM skips the
+        mean-field pass, whose memories cancel there.
     batch_size : int, optional
         Rows per client per round (stochastic FedEM, VR-FedEM, online EM); ``None`` is
         exact local means (VR-FedEM: Theorem 3's ``ceil(k_in / (1 + ω)²)``).

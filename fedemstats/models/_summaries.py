@@ -17,7 +17,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from .._linalg import safe_cholesky
 from .._validation import check_int, check_rng
@@ -26,7 +26,7 @@ from ._local_kmeans import local_kmeans_all
 from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 
 __all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
-           "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "nan_mean",
+           "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances", "client_row_sample", "nan_mean",
            "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
            "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
            "standardising_shift_scale",
@@ -114,6 +114,16 @@ def combine_moments(sizes, client_means, within):
     dev = client_means - mean
     cov = (within + (dev * sizes[:, None]).T @ dev) / sizes.sum()
     return mean, 0.5 * (cov + cov.T)
+
+
+def global_variances(federation) -> np.ndarray:
+    """Pooled maximum-likelihood variance of each column, shape (n_features,): the diagonal of
+    :func:`global_moments`' covariance from the clients' counts, means and centred sums of
+    squares (one pass, no d × d scatter)."""
+    sizes, means = client_means(federation)
+    within = segment_column_sums(federation.X, federation.offsets, centre=means, square=True).sum(axis=0)
+    mean = sizes @ means / sizes.sum()
+    return (within + sizes @ (means - mean) ** 2) / sizes.sum()
 
 
 def global_moments(federation):
@@ -310,6 +320,42 @@ def standardising_shift_scale(federation) -> dict:
     return {"shift": mean, "scale": public_scale(cov, mean)}
 
 
+# ---------------------------------------------------------------------- row samples
+def client_row_sample(federation, max_rows, rng):
+    """Each client's evenly spread random sample of at most ``max_rows`` of its own rows.
+
+    Client ``i`` with ``m_i > max_rows`` rows keeps rows ``floor((j + u_i) m_i / max_rows)``,
+    ``j < max_rows`` (systematic sampling: every stretch of its rows is represented),
+    with ``u_i`` uniform; smaller clients keep all their rows. A client's mean statistic on
+    its sample is unbiased for the one on all its rows, and the sample never leaves it.
+
+    Parameters
+    ----------
+    federation : Federation
+    max_rows : int
+    rng : numpy.random.Generator
+        Drawn from (one uniform per client) only when some client is larger than ``max_rows``.
+
+    Returns
+    -------
+    Federation
+        The samples, with ``federation``'s client weights (``federation`` itself if no
+        client is larger than ``max_rows``).
+    """
+    sizes = federation.sizes
+    if not np.any(sizes > max_rows):
+        return federation
+    keep = np.minimum(sizes, max_rows)
+    u = rng.random(federation.n_clients)
+    ends = np.cumsum(keep)
+    j = np.arange(ends[-1]) - np.repeat(ends - keep, keep)
+    m, kept = np.repeat(sizes, keep), np.repeat(keep, keep)
+    rows = np.repeat(federation.offsets[:-1], keep) + np.minimum(((j + np.repeat(u, keep)) * m / kept).astype(np.int64),
+                                                                   m - 1)
+    return Federation(np.take(federation.X, rows, axis=0), np.concatenate([[0], ends]), federation.weights,
+                      allow_nan=True, check_input=False)
+
+
 # ---------------------------------------------------------------------- k-means summaries
 def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
     """Initial centres from clients' local k-means summaries.
@@ -362,8 +408,19 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     # a few hundred weighted points: one thread. scikit-learn's OpenMP threads next to
     # numba's (another OpenMP runtime, its threads spinning after the clients' pass) made
     # this fit 50x slower on 2 cores (1.2 s instead of 0.02 s)
-    with threadpool_limits(limits=1):
+    with _thread_pools().limit(limits=1):
         return km.fit(C, sample_weight=w).cluster_centers_
+
+
+_CONTROLLER = []
+
+
+def _thread_pools() -> ThreadpoolController:
+    """One ThreadpoolController per process: building one scans the loaded libraries
+    (2.5 ms per fit). Built after scikit-learn's import, so its OpenMP runtime is in it."""
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
 
 
 def filled_kmeans_summaries(federation, fill, n_components, rng, min_rows=SUMMARY_MIN_ROWS):
