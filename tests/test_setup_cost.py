@@ -186,3 +186,28 @@ def test_noisy_runs_and_vr_fedem_keep_the_mean_field_pass(algorithm):
     fed, model, theta0 = _small_fit()
     result = algorithm(model).run(fed, theta0, 2, random_state=0)
     assert result.history["n_cond_exp"].iloc[0] == 2 * fed.n_rows
+
+
+def _lloyd_reference(X, C, n_iter):
+    """Plain NumPy Lloyd steps, all ``n_iter`` of them, no early stop."""
+    C = C.copy()
+    for _ in range(n_iter):
+        labels = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
+        counts = np.bincount(labels, minlength=C.shape[0])
+        for j in np.flatnonzero(counts):
+            C[j] = X[labels == j].sum(0) / counts[j]
+    return C, counts
+
+
+@pytest.mark.parametrize("n_iter", [1, 2, 10, 40])
+def test_local_kmeans_stopping_at_a_repeated_assignment_equals_every_lloyd_step(n_iter):
+    from fedemstats.models import _local_kmeans
+
+    rng = np.random.default_rng(n_iter)
+    X = rng.normal(scale=2, size=(4, 3))[rng.integers(4, size=300)] + rng.normal(size=(300, 3))
+    C0 = X[:4].copy()
+    C, counts = C0.copy(), np.zeros(4, dtype=np.int64)
+    _local_kmeans._lloyd(X, 0, 300, 4, n_iter, C, counts, np.empty((4, 3)), np.empty(300, dtype=np.int64))
+    ref_C, ref_counts = _lloyd_reference(X, C0, n_iter)
+    np.testing.assert_allclose(C, ref_C, rtol=1e-13)
+    np.testing.assert_array_equal(counts, ref_counts)

@@ -51,9 +51,15 @@ def _seed(X, a, n, k, u, C, d2):
 
 @njit(cache=True)
 def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
-    """Lloyd steps on rows a:a+n from the centres C[:k]; counts are those of the last assignment."""
+    """Lloyd steps on rows a:a+n from the centres C[:k]; counts are those of the last assignment.
+
+    Stops once an assignment repeats the previous one: the centres it would give are the
+    ones it was made from, so every later step would repeat it too (the result is that of
+    all ``n_iter`` steps, bit for bit, usually after two or three)."""
     d = X.shape[1]
+    labels[:n] = -1
     for _ in range(n_iter):
+        changed = False
         for t in range(n):
             best, arg = np.inf, 0
             for j in range(k):
@@ -63,7 +69,11 @@ def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
                     s += diff * diff
                 if s < best:
                     best, arg = s, j
+            if labels[t] != arg:
+                changed = True
             labels[t] = arg
+        if not changed:
+            break
         counts[:k] = 0
         sums[:k, :] = 0.0
         for t in range(n):
