@@ -18,7 +18,7 @@ built once per geometry as matrices and applied with BLAS:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ..layout import upper_indices
 
@@ -26,6 +26,8 @@ __all__ = ["PackedWhitening", "apply_rows"]
 
 #: Rows per transposed chunk of :func:`apply_rows`: (q x ROW_CHUNK) buffers stay in L2.
 ROW_CHUNK = 64
+#: Groups of chunks run on numba's threads (each allocates its buffer once).
+MAX_GROUPS = 64
 
 
 def _sandwich_matrix(W):
@@ -112,31 +114,42 @@ def _csr(P):
 
 
 @njit(cache=True)
-def apply_rows(x, ptr, cols, vals):
-    """out[r] = P x[r] for P in CSR form, rows in transposed chunks of ROW_CHUNK.
+def _apply_chunk(x, r0, m, ptr, cols, vals, xt, yt, out):
+    """Rows r0:r0 + m (m <= ROW_CHUNK) of :func:`apply_rows`; the inner loops run over the
+    rows of the chunk (unit stride: vectorised)."""
+    q = x.shape[1]
+    for t in range(m):
+        for j in range(q):
+            xt[j, t] = x[r0 + t, j]
+    for o in range(q):
+        for t in range(m):
+            yt[o, t] = 0.0
+        for p in range(ptr[o], ptr[o + 1]):
+            c, v = cols[p], vals[p]
+            for t in range(m):
+                yt[o, t] += v * xt[c, t]
+    for t in range(m):
+        for j in range(q):
+            out[r0 + t, j] = yt[j, t]
 
-    The inner loop runs over the rows of a chunk (unit stride, vectorised); each row's
-    value is the same sequence of products and sums in CSR order, and without fastmath
-    no multiply-add is fused, so a row's result does not depend on the other rows (a
-    client alone gets the bits it gets in a batch: a BLAS product does not promise that).
+
+@njit(cache=True, parallel=True)
+def apply_rows(x, ptr, cols, vals):
+    """out[r] = P x[r] for P in CSR form, rows in transposed chunks of ROW_CHUNK on numba's threads.
+
+    Each row's value is the same sequence of products and sums, in CSR order, whatever
+    the chunk and its place in it, and without fastmath no multiply-add is fused: a row's
+    result does not depend on the other rows nor on the thread count (a client alone gets
+    the bits it gets in a batch; a BLAS product does not promise that).
     """
     n, q = x.shape
     out = np.empty((n, q))
-    xt = np.empty((q, ROW_CHUNK))
-    yt = np.empty((q, ROW_CHUNK))
-    for r0 in range(0, n, ROW_CHUNK):
-        m = min(ROW_CHUNK, n - r0)
-        for t in range(m):
-            for j in range(q):
-                xt[j, t] = x[r0 + t, j]
-        for o in range(q):
-            for t in range(m):
-                yt[o, t] = 0.0
-            for p in range(ptr[o], ptr[o + 1]):
-                c, v = cols[p], vals[p]
-                for t in range(m):
-                    yt[o, t] += v * xt[c, t]
-        for t in range(m):
-            for j in range(q):
-                out[r0 + t, j] = yt[j, t]
+    n_chunks = (n + ROW_CHUNK - 1) // ROW_CHUNK
+    n_groups = min(n_chunks, MAX_GROUPS)
+    for g in prange(n_groups):
+        xt = np.empty((q, ROW_CHUNK))
+        yt = np.empty((q, ROW_CHUNK))
+        for c in range(n_chunks * g // n_groups, n_chunks * (g + 1) // n_groups):
+            r0 = c * ROW_CHUNK
+            _apply_chunk(x, r0, min(ROW_CHUNK, n - r0), ptr, cols, vals, xt, yt, out)
     return out
