@@ -109,3 +109,24 @@ def test_moment_whitening_is_not_used_for_unpacked_or_diagonal_layouts():
     theta = random_theta("diag", np.random.default_rng(7))
     assert model.geometry(theta, model.expected_stats(theta))._packed is None
     assert isinstance(model.geometry(theta, model.expected_stats(theta)).map, MomentWhitening)
+
+
+def test_packed_whitening_does_not_depend_on_the_thread_count_or_the_batch():
+    import numba
+
+    from fedemstats.models._whiten_kernels import ROW_CHUNK
+    rng = np.random.default_rng(8)
+    model = GaussianMixtureModel(K, D, "full")
+    theta = random_theta("full", rng)
+    geo = model.geometry(theta, model.expected_stats(theta))
+    x = rng.normal(size=(5 * ROW_CHUNK + 3, model.q))
+    previous, results = numba.get_num_threads(), []
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            results.append(geo.forward(x))
+    finally:
+        numba.set_num_threads(previous)
+    for y in results[1:]:
+        assert np.array_equal(y, results[0])
+    assert np.array_equal(geo.forward(x[ROW_CHUNK + 1:2 * ROW_CHUNK + 2]), results[0][ROW_CHUNK + 1:2 * ROW_CHUNK + 2])
