@@ -55,46 +55,40 @@ def _load_chunk(X, r0, n, shift, xt):
 def _log_prob_tri(xt, n, means, prec, const, diff, y, y2, sq, lp):
     """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular.
 
-    Columns j, j + 1 of U_k are done in one pass over ``diff``, four rows at a time (four
-    loads of diff and two of y feed eight multiply-adds: the loop is bound by loads and
-    stores, not arithmetic)."""
+    Computed as ``x U_k - mu_k U_k`` (as scikit-learn), with no pass forming x - mu_k.
+    Columns j, j + 1 of U_k are done in one pass over the chunk, four rows at a time (four
+    loads of x and two of y feed eight multiply-adds: the loop is bound by loads and
+    stores, not arithmetic). ``diff`` is unused (kept for the buffers' signature)."""
     K, d = means.shape
     for k in range(K):
-        for i in range(d):
-            m = means[k, i]
-            for t in range(n):
-                diff[i, t] = xt[i, t] - m
         sq[:n] = 0.0
-        for j in range(0, d - 1, 2):
-            y[:n] = 0.0
-            y2[:n] = 0.0
+        for j in range(0, d, 2):
+            j2 = min(j + 1, d - 1)  # odd d: the last column twice, counted once below
+            ca, cb = 0.0, 0.0  # (x - mu) U = x U - mu U: mu U is folded into the start
+            for i in range(j2 + 1):
+                ca += means[k, i] * prec[k, i, j]
+                cb += means[k, i] * prec[k, i, j2]
+            y[:n] = -ca
+            y2[:n] = -cb
             i = 0
-            while i + 3 <= j:  # four rows per pass: 4 loads of diff feed 8 multiply-adds
+            while i + 3 <= j:  # four rows per pass: 4 loads of x feed 8 multiply-adds
                 a0, a1, a2, a3 = prec[k, i, j], prec[k, i + 1, j], prec[k, i + 2, j], prec[k, i + 3, j]
-                b0, b1, b2, b3 = prec[k, i, j + 1], prec[k, i + 1, j + 1], prec[k, i + 2, j + 1], prec[k, i + 3, j + 1]
+                b0, b1, b2, b3 = prec[k, i, j2], prec[k, i + 1, j2], prec[k, i + 2, j2], prec[k, i + 3, j2]
                 for t in range(n):
-                    d0, d1, d2, d3 = diff[i, t], diff[i + 1, t], diff[i + 2, t], diff[i + 3, t]
+                    d0, d1, d2, d3 = xt[i, t], xt[i + 1, t], xt[i + 2, t], xt[i + 3, t]
                     y[t] += d0 * a0 + d1 * a1 + d2 * a2 + d3 * a3
                     y2[t] += d0 * b0 + d1 * b1 + d2 * b2 + d3 * b3
                 i += 4
             while i <= j:
-                pa, pb = prec[k, i, j], prec[k, i, j + 1]
+                pa, pb = prec[k, i, j], prec[k, i, j2]
                 for t in range(n):
-                    y[t] += diff[i, t] * pa
-                    y2[t] += diff[i, t] * pb
+                    y[t] += xt[i, t] * pa
+                    y2[t] += xt[i, t] * pb
                 i += 1
-            pb = prec[k, j + 1, j + 1]
+            pb = prec[k, j2, j2] if j2 > j else 0.0
             for t in range(n):
-                v = y2[t] + diff[j + 1, t] * pb
+                v = y2[t] + xt[j2, t] * pb if j2 > j else 0.0
                 sq[t] += y[t] * y[t] + v * v
-        if d % 2:
-            y[:n] = 0.0
-            for i in range(d):
-                p = prec[k, i, d - 1]
-                for t in range(n):
-                    y[t] += diff[i, t] * p
-            for t in range(n):
-                sq[t] += y[t] * y[t]
         for t in range(n):
             lp[k, t] = const[k] - 0.5 * sq[t]
 
