@@ -1,10 +1,13 @@
 """Numba kernels of the Gaussian mixture: weighted log-probabilities and segment statistics.
 
 Work is split into contiguous *row blocks* (a number that depends on the rows only, so
-results do not depend on the thread count) regardless of client boundaries, so that both "100 small clients" and "one client with 1M rows" keep all
-cores busy (SPEC §2: one vectorised pass, no Python loop over clients). Inside a block,
-rows are processed in chunks of :data:`CHUNK_ROWS` held *transposed* (features x rows),
-so every inner loop runs over rows with unit stride and vectorises. A block writes the
+results do not depend on the thread count) regardless of client boundaries, so that both
+"100 small clients" and "one client with 1M rows" keep all cores busy (SPEC §2: one
+vectorised pass, no Python loop over clients). Inside a block, rows are processed in
+chunks of :data:`CHUNK_ROWS` held *transposed* (features x rows), so every inner loop
+runs over rows with unit stride and vectorises; chunks also ignore client boundaries
+(100,000 clients of 10 rows: per-client chunks of 10 rows spent their time in loop
+overheads), only the sums are cut per client. A block writes the
 sums of the clients it holds entirely; the client pieces at its two ends go to
 per-block head/tail buffers that are added serially afterwards (no write races, memory
 O(n_blocks * q) beyond the output).
@@ -52,35 +55,40 @@ def _load_chunk(X, r0, n, shift, xt):
 def _log_prob_tri(xt, n, means, prec, const, diff, y, y2, sq, lp):
     """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular.
 
-    Columns j, j + 1 of U_k are done in one pass over ``diff`` (one load feeds two
-    multiply-adds: the loop is bound by loads and stores, not arithmetic)."""
+    Computed as ``x U_k - mu_k U_k`` (as scikit-learn), with no pass forming x - mu_k.
+    Columns j, j + 1 of U_k are done in one pass over the chunk, four rows at a time (four
+    loads of x and two of y feed eight multiply-adds: the loop is bound by loads and
+    stores, not arithmetic). ``diff`` is unused (kept for the buffers' signature)."""
     K, d = means.shape
     for k in range(K):
-        for i in range(d):
-            m = means[k, i]
-            for t in range(n):
-                diff[i, t] = xt[i, t] - m
         sq[:n] = 0.0
-        for j in range(0, d - 1, 2):
-            y[:n] = 0.0
-            y2[:n] = 0.0
-            for i in range(j + 1):
-                pa, pb = prec[k, i, j], prec[k, i, j + 1]
+        for j in range(0, d, 2):
+            j2 = min(j + 1, d - 1)  # odd d: the last column twice, counted once below
+            ca, cb = 0.0, 0.0  # (x - mu) U = x U - mu U: mu U is folded into the start
+            for i in range(j2 + 1):
+                ca += means[k, i] * prec[k, i, j]
+                cb += means[k, i] * prec[k, i, j2]
+            y[:n] = -ca
+            y2[:n] = -cb
+            i = 0
+            while i + 3 <= j:  # four rows per pass: 4 loads of x feed 8 multiply-adds
+                a0, a1, a2, a3 = prec[k, i, j], prec[k, i + 1, j], prec[k, i + 2, j], prec[k, i + 3, j]
+                b0, b1, b2, b3 = prec[k, i, j2], prec[k, i + 1, j2], prec[k, i + 2, j2], prec[k, i + 3, j2]
                 for t in range(n):
-                    y[t] += diff[i, t] * pa
-                    y2[t] += diff[i, t] * pb
-            pb = prec[k, j + 1, j + 1]
+                    d0, d1, d2, d3 = xt[i, t], xt[i + 1, t], xt[i + 2, t], xt[i + 3, t]
+                    y[t] += d0 * a0 + d1 * a1 + d2 * a2 + d3 * a3
+                    y2[t] += d0 * b0 + d1 * b1 + d2 * b2 + d3 * b3
+                i += 4
+            while i <= j:
+                pa, pb = prec[k, i, j], prec[k, i, j2]
+                for t in range(n):
+                    y[t] += xt[i, t] * pa
+                    y2[t] += xt[i, t] * pb
+                i += 1
+            pb = prec[k, j2, j2] if j2 > j else 0.0
             for t in range(n):
-                v = y2[t] + diff[j + 1, t] * pb
+                v = y2[t] + xt[j2, t] * pb if j2 > j else 0.0
                 sq[t] += y[t] * y[t] + v * v
-        if d % 2:
-            y[:n] = 0.0
-            for i in range(d):
-                p = prec[k, i, d - 1]
-                for t in range(n):
-                    y[t] += diff[i, t] * p
-            for t in range(n):
-                sq[t] += y[t] * y[t]
         for t in range(n):
             lp[k, t] = const[k] - 0.5 * sq[t]
 
@@ -109,8 +117,9 @@ def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, y2, sq, l
 
 
 @njit(cache=True)
-def _responsibilities(lp, n, hard, mx, sm, bits, e):
-    """In place: lp (K, n) -> responsibilities; returns sum over rows of log-norm.
+def _responsibilities(lp, n, hard, mx, sm, bits, e, cuts, n_pieces, ll):
+    """In place: lp (K, n) -> responsibilities; ll[p] = sum of the log-norms of rows
+    cuts[p]:cuts[p + 1] (the pieces of the clients that share the chunk).
 
     Log-sum-exp with the row maximum subtracted (stable). ``hard`` gives one-hot
     argmax rows (first maximum), i.e. k-means labels for identity covariances.
@@ -127,7 +136,8 @@ def _responsibilities(lp, n, hard, mx, sm, bits, e):
             sm[t] += e[t]
             if not hard:
                 lp[k, t] = e[t]
-    total = sum_log_norm(mx, sm, n)
+    for p in range(n_pieces):
+        ll[p] = sum_log_norm(mx, sm, cuts[p + 1], cuts[p])
     if hard:
         for t in range(n):
             found = False
@@ -135,13 +145,12 @@ def _responsibilities(lp, n, hard, mx, sm, bits, e):
                 win = (not found) and lp[k, t] == mx[t]
                 found = found or win
                 lp[k, t] = 1.0 if win else 0.0
-        return total
+        return
     for t in range(n):
         sm[t] = 1.0 / sm[t]
     for k in range(K):
         for t in range(n):
             lp[k, t] *= sm[t]
-    return total
 
 
 @njit(cache=True, inline="always")
@@ -163,46 +172,50 @@ def row_flops(K, d, code) -> int:
 
 
 @njit(cache=True, fastmath=FAST_SUMS)
-def _accumulate(xt, n, r, code, w, acc):
-    """acc += sums over the chunk of (r_k, r_k x, second moment) in layout order
+def _accumulate(xt, t0, n, r, code, w, acc):
+    """acc += sums over chunk rows t0:n of (r_k, r_k x, second moment) in layout order
     (full and tied second moments as packed upper triangles, :mod:`fedemstats.layout`)."""
     K = r.shape[0]
     d = xt.shape[0]
+    t0, n = np.uint64(t0), np.uint64(n)  # see _upper_row
     tri = d * (d + 1) // 2
     o1 = K
     o2 = K + K * d
     for k in range(K):
         s0 = 0.0
-        for t in range(n):
+        for t in range(t0, n):
             s0 += r[k, t]
         acc[k] += s0
         for i in range(d):
             s1 = 0.0
-            for t in range(n):
+            for t in range(t0, n):
                 w[t] = r[k, t] * xt[i, t]
                 s1 += w[t]
             acc[o1 + k * d + i] += s1
             if code == COV_FULL:
-                _upper_row(w, xt, i, n, acc, o2 + k * tri + _row_start(i, d) - i)
+                _upper_row(w, xt, i, t0, n, acc, o2 + k * tri + _row_start(i, d) - i)
             elif code == COV_DIAG or code == COV_SPHERICAL:
                 s2 = 0.0
-                for t in range(n):
+                for t in range(t0, n):
                     s2 += w[t] * xt[i, t]
                 acc[o2 + (k * d + i if code == COV_DIAG else k)] += s2
     if code == COV_TIED:
         for i in range(d):
-            _upper_row(xt[i], xt, i, n, acc, o2 + _row_start(i, d) - i)
+            _upper_row(xt[i], xt, i, t0, n, acc, o2 + _row_start(i, d) - i)
 
 
 @njit(cache=True, fastmath=FAST_SUMS)
-def _upper_row(w, xt, i, n, acc, base):
-    """acc[base + j] += sum_t w[t] xt[j, t] for j = i..d-1, four columns per pass over w
+def _upper_row(w, xt, i, t0, n, acc, base):
+    """acc[base + j] += sum_{t0 <= t < n} w[t] xt[j, t] for j = i..d-1, four columns per pass over w
     (one load of w feeds four multiply-adds: the loop is bound by loads, not arithmetic)."""
     d = xt.shape[0]
+    # unsigned loop bounds: numba then skips its negative-index wraparound, which kept
+    # LLVM from vectorising a loop not starting at 0 (7x slower)
+    t0, n = np.uint64(t0), np.uint64(n)
     j = i
     while j + 3 < d:
         s0 = s1 = s2 = s3 = 0.0
-        for t in range(n):
+        for t in range(t0, n):
             wt = w[t]
             s0 += wt * xt[j, t]
             s1 += wt * xt[j + 1, t]
@@ -215,23 +228,10 @@ def _upper_row(w, xt, i, n, acc, base):
         j += 4
     while j < d:
         s0 = 0.0
-        for t in range(n):
+        for t in range(t0, n):
             s0 += w[t] * xt[j, t]
         acc[base + j] += s0
         j += 1
-
-
-@njit(cache=True)
-def _process_rows(X, r0, r1, shift, means, prec_tri, prec_diag, const, code, hard, bufs, acc):
-    """Add the statistics of rows r0:r1 (one client) to acc; last entry = sum log-norm."""
-    xt, diff, lp, y, sq, w, mx, sm, bits, e = bufs
-    q = acc.shape[0] - 1
-    for c0 in range(r0, r1, CHUNK_ROWS):
-        n = min(CHUNK_ROWS, r1 - c0)
-        _load_chunk(X, c0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
-        acc[q] += _responsibilities(lp, n, hard, mx, sm, bits, e)
-        _accumulate(xt, n, lp, code, w, acc)
 
 
 @njit(cache=True)
@@ -245,30 +245,59 @@ def _buffers(K, d):
 
 
 @njit(cache=True)
+def _chunk_pieces(seg, s, c0, n, cuts):
+    """Cut chunk rows c0:c0 + n at client boundaries, client ``s`` holding row c0:
+    cuts[0] = 0 < cuts[1] < ... < cuts[n_pieces] = n (chunk-local). Returns n_pieces."""
+    n_pieces, t = 0, 0
+    cuts[0] = 0
+    while t < n:
+        while seg[s + 1] <= c0 + t:  # clients without rows
+            s += 1
+        t = min(n, seg[s + 1] - c0)
+        n_pieces += 1
+        cuts[n_pieces] = t
+    return n_pieces
+
+
+@njit(cache=True)
 def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, hard, out, head, tail):
-    """Rows a:e. Clients wholly inside go to ``out``; the piece of a client that began
-    before ``a`` goes to ``head``, of one that continues past ``e`` to ``tail``.
-    Returns the (head, tail) client ids, -1 when absent."""
-    bufs = _buffers(means.shape[0], means.shape[1])
-    acc = np.zeros(out.shape[1])
+    """Rows a:e, in chunks of CHUNK_ROWS rows that run across client boundaries: with
+    many small clients a chunk holds several of them, and the per-chunk work (log-densities,
+    responsibilities) is done once for all; only the sums are cut per client. Clients wholly
+    inside go to ``out``; the piece of a client that began before ``a`` goes to ``head``,
+    of one that continues past ``e`` to ``tail``. Returns the (head, tail) client ids, -1
+    when absent."""
+    K, d = means.shape
+    xt, diff, lp, y, sq, w, mx, sm, bits, ex = _buffers(K, d)
+    cuts = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
+    ll = np.empty(CHUNK_ROWS)
+    q = out.shape[1] - 1
+    acc = np.zeros(q + 1)
     head_seg, tail_seg = -1, -1
     s = np.searchsorted(seg, a, side="right") - 1
-    r = a
-    while r < e:
-        while seg[s + 1] <= r:
-            s += 1
-        stop = min(e, seg[s + 1])
-        _process_rows(X, r, stop, shift, means, prec_tri, prec_diag, const, code, hard, bufs, acc)
-        if seg[s] < a:
-            head[:] = acc
-            head_seg = s
-        elif seg[s + 1] > e:
-            tail[:] = acc
-            tail_seg = s
-        else:
-            out[s, :] = acc
-        acc[:] = 0.0
-        r = stop
+    for c0 in range(a, e, CHUNK_ROWS):
+        n = min(CHUNK_ROWS, e - c0)
+        _load_chunk(X, c0, n, shift, xt)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
+        n_pieces = _chunk_pieces(seg, s, c0, n, cuts)
+        _responsibilities(lp, n, hard, mx, sm, bits, ex, cuts, n_pieces, ll)
+        for p in range(n_pieces):
+            while seg[s + 1] <= c0 + cuts[p]:
+                s += 1
+            _accumulate(xt, cuts[p], cuts[p + 1], lp, code, w, acc)
+            acc[q] += ll[p]
+            end = c0 + cuts[p + 1]
+            if end < seg[s + 1] and end < e:
+                continue  # the client goes on in the next chunk
+            if seg[s] < a:
+                head[:] = acc
+                head_seg = s
+            elif seg[s + 1] > e:
+                tail[:] = acc
+                tail_seg = s
+            else:
+                out[s, :] = acc
+            acc[:] = 0.0
     return head_seg, tail_seg
 
 

@@ -50,13 +50,14 @@ def exp_shifted(lp, mx, n, bits, out):
 
 
 @njit(cache=True)
-def sum_log_norm(mx, sm, n):
-    """sum_t (mx[t] + log sm[t]) with one log per LOG_GROUP rows: sm[t] is in [1, K], so a
-    product of LOG_GROUP of them cannot overflow, and a log costs ten multiply-adds."""
+def sum_log_norm(mx, sm, n, start=0):
+    """sum_t (mx[t] + log sm[t]) over rows start <= t < n with one log per LOG_GROUP rows:
+    sm[t] is in [1, K], so a product of LOG_GROUP of them cannot overflow, and a log costs
+    ten multiply-adds. ``start`` lets a chunk holding several clients sum each one's rows."""
     total = 0.0
-    for t in range(n):
+    for t in range(start, n):
         total += mx[t]
-    for t0 in range(0, n, LOG_GROUP):
+    for t0 in range(start, n, LOG_GROUP):
         p = 1.0
         for t in range(t0, min(n, t0 + LOG_GROUP)):
             p *= sm[t]

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
-                        split_blocks, whitening_factors)
+from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, as_rows, build_geometry, log_fallback,
+                        min_eigenvalue, split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
+from ._whiten_kernels import PackedWhitening
 from .gmm_params import covariance_matrices
 
 __all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry"]
@@ -163,16 +164,32 @@ class GMMGeometry(Geometry):
         self.map = MomentWhitening(ct, m, L, L2, _whitened_reg(ct, L2_inv, model.reg_covar))
         self.cov_checked = np.ones(1, bool) if ct == "tied" else ~self.fallback
         self.blocks = split_blocks(model.layout, {"sum_x": K, "sum_xx": K if ct in ("full", "diag") else 1})
+        # packed full / tied second moments: the map as matrices on the stored rows (the
+        # moment algebra unpacks them to (m, K, d, d) temporaries; see _whiten_kernels)
+        self._packed = None
+        if ct in ("full", "tied") and model.layout.is_symmetric("sum_xx"):
+            mw = self.map
+            self._packed = PackedWhitening(ct == "tied", mw.m, mw.L, mw.L_inv, mw.L2, mw.L2_inv)
 
     def forward(self, x):
         """``P x`` for rows x (m, q) -> (m, q)."""
+        if self._packed is not None:
+            return self._whiten(x, True)
         d0, d1, d2 = self._split(x)
         return self._join(d0, *self.map.forward(d0, d1, d2))
 
     def inverse(self, y):
         """``P⁻¹ y`` for rows y (m, q) -> (m, q)."""
+        if self._packed is not None:
+            return self._whiten(y, False)
         y0, y1, y2 = self._split(y)
         return self._join(y0, *self.map.inverse(y0, y1, y2))
+
+    def _whiten(self, x, forward):
+        x = as_rows(x)
+        if x.shape[-1] != self.layout.size:
+            raise ValueError(f"expected last axis of length {self.layout.size}; got shape {x.shape}.")
+        return self._packed.apply(x, forward)
 
     def _inside(self, points):
         y0, y1, y2 = self._split(self.forward(points))

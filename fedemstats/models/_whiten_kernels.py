@@ -1,0 +1,155 @@
+"""The GMM geometry's whitening of packed statistic rows (full and tied) as matrix products.
+
+:class:`.gmm_geometry.MomentWhitening` maps (S0, S1, S2) with NumPy over (rows x K x d x d)
+arrays: with 100,000 clients a ``dither:s=4`` round spent two thirds of its time
+unpacking every packed second moment to full matrices, building outer products, two
+batched matrix products and packing again. The map is linear in the packed row, so it is
+built once per geometry as matrices and applied with BLAS:
+
+* per component k, on ``z_k = (S0_k, S1_k, packed S2_k)`` (1 + d + d(d+1)/2 entries),
+  ``y1 = W1 (S1 − S0 m)`` and ``y2 = M (S2 − G (S0, S1))``, where ``M`` is the sandwich
+  ``C ↦ W2 C W2ᵀ`` on packed symmetric matrices and ``G`` the packed cross term
+  ``S1 mᵀ + m S1ᵀ − S0 m mᵀ``; the inverse is ``S1 = L y1 + y0 m``,
+  ``S2 = M' y2 + G (y0, S1)``;
+* full: one (66 x 66) block per component at d = 10, applied to the rows' columns of
+  that component; tied (one second moment, cross terms summed over the components): one
+  dense (q x q) matrix.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..layout import upper_indices
+
+__all__ = ["PackedWhitening", "apply_rows"]
+
+#: Rows per transposed chunk of :func:`apply_rows`: (q x ROW_CHUNK) buffers stay in L2.
+ROW_CHUNK = 64
+#: Groups of chunks run on numba's threads (each allocates its buffer once).
+MAX_GROUPS = 64
+
+
+def _sandwich_matrix(W):
+    """(..., t, t) matrices of ``C ↦ W C Wᵀ`` on packed upper triangles (t = d (d + 1) / 2)."""
+    iu, ju = upper_indices(W.shape[-1])
+    Wp = W[..., iu, :]  # (..., t, d): rows i of the outputs
+    Wq = W[..., ju, :]
+    M = Wp[..., :, iu] * Wq[..., :, ju]
+    off = iu != ju
+    M[..., off] += Wp[..., :, ju][..., off] * Wq[..., :, iu][..., off]
+    return M
+
+
+def _cross_matrix(m):
+    """(K, t, 1 + d): the packed ``S1 mᵀ + m S1ᵀ − S0 m mᵀ`` as a linear function of (S0, S1)."""
+    K, d = m.shape
+    iu, ju = upper_indices(d)
+    t = iu.size
+    G = np.zeros((K, t, 1 + d))
+    G[:, :, 0] = -m[:, iu] * m[:, ju]
+    rows = np.arange(t)
+    G[:, rows, 1 + iu] += m[:, ju]
+    G[:, rows, 1 + ju] += m[:, iu]
+    return G
+
+
+class PackedWhitening:
+    """Forward and inverse whitening of packed rows as matrices (see the module docstring).
+
+    Parameters
+    ----------
+    tied : bool
+    m : (K, d) centres;  L, L_inv : (K, d, d) first-moment factors
+    L2, L2_inv : (K, d, d) (full) or (d, d) (tied) second-moment factors
+    """
+
+    def __init__(self, tied, m, L, L_inv, L2, L2_inv):
+        K, d = m.shape
+        self.K, self.d, self.tied = K, d, tied
+        t = d * (d + 1) // 2
+        self.q = K + K * d + (t if tied else K * t)
+        G = _cross_matrix(m)
+        self.fwd = self._dense(m, L_inv, _sandwich_matrix(L2_inv), G, True)
+        self.inv = self._dense(m, L, _sandwich_matrix(L2), G, False)
+        self.fwd_csr, self.inv_csr = _csr(self.fwd), _csr(self.inv)
+
+    def _dense(self, m, W1, M, G, forward):
+        """The (q, q) matrix of the forward (W1 = L⁻¹, M from L2⁻¹) or inverse map (W1 = L, M from L2)."""
+        K, d, q = self.K, self.d, self.q
+        t = d * (d + 1) // 2
+        P = np.zeros((q, q))
+        for k in range(K):
+            c1 = K + k * d + np.arange(d)
+            c2 = K + K * d + (0 if self.tied else k * t) + np.arange(t)
+            Mk = M if M.ndim == 2 else M[0 if self.tied else k]
+            P[k, k] = 1.0
+            # first moments: forward W1 S1 − (W1 m) S0, inverse W1 y1 + m y0
+            P[np.ix_(c1, c1)] = W1[k]
+            P[c1, k] = -(W1[k] @ m[k]) if forward else m[k]
+            # second moments: forward M S2 − M G (S0, S1); inverse M y2 + G (y0, S1(y0, y1))
+            if forward:
+                lin = -Mk @ G[k]
+            else:
+                lin = G[k][:, :1] + G[k][:, 1:] @ m[k][:, None]
+                lin = np.concatenate([lin, G[k][:, 1:] @ W1[k]], axis=1)
+            P[np.ix_(c2, np.r_[k, c1])] += lin
+            if k == 0 or not self.tied:
+                P[np.ix_(c2, c2)] = Mk
+        return P
+
+    def apply(self, x, forward):
+        """Forward (``forward``) or inverse map of rows x (n, q) -> (n, q)."""
+        ptr, cols, vals = self.fwd_csr if forward else self.inv_csr
+        return apply_rows(np.ascontiguousarray(x, dtype=np.float64), ptr, cols, vals)
+
+
+def _csr(P):
+    """(row pointers, columns, values) of the non-zero entries of P: the triangular factors
+    leave about a third of the sandwich's entries non-zero at d = 10."""
+    rows, cols = np.nonzero(P)
+    ptr = np.zeros(P.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=P.shape[0]), out=ptr[1:])
+    return ptr, cols.astype(np.int64), P[rows, cols]
+
+
+@njit(cache=True)
+def _apply_chunk(x, r0, m, ptr, cols, vals, xt, yt, out):
+    """Rows r0:r0 + m (m <= ROW_CHUNK) of :func:`apply_rows`; the inner loops run over the
+    rows of the chunk (unit stride: vectorised)."""
+    q = x.shape[1]
+    for t in range(m):
+        for j in range(q):
+            xt[j, t] = x[r0 + t, j]
+    for o in range(q):
+        for t in range(m):
+            yt[o, t] = 0.0
+        for p in range(ptr[o], ptr[o + 1]):
+            c, v = cols[p], vals[p]
+            for t in range(m):
+                yt[o, t] += v * xt[c, t]
+    for t in range(m):
+        for j in range(q):
+            out[r0 + t, j] = yt[j, t]
+
+
+@njit(cache=True, parallel=True)
+def apply_rows(x, ptr, cols, vals):
+    """out[r] = P x[r] for P in CSR form, rows in transposed chunks of ROW_CHUNK on numba's threads.
+
+    Each row's value is the same sequence of products and sums, in CSR order, whatever
+    the chunk and its place in it, and without fastmath no multiply-add is fused: a row's
+    result does not depend on the other rows nor on the thread count (a client alone gets
+    the bits it gets in a batch; a BLAS product does not promise that).
+    """
+    n, q = x.shape
+    out = np.empty((n, q))
+    n_chunks = (n + ROW_CHUNK - 1) // ROW_CHUNK
+    n_groups = min(n_chunks, MAX_GROUPS)
+    for g in prange(n_groups):
+        xt = np.empty((q, ROW_CHUNK))
+        yt = np.empty((q, ROW_CHUNK))
+        for c in range(n_chunks * g // n_groups, n_chunks * (g + 1) // n_groups):
+            r0 = c * ROW_CHUNK
+            _apply_chunk(x, r0, min(ROW_CHUNK, n - r0), ptr, cols, vals, xt, yt, out)
+    return out
