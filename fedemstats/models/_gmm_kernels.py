@@ -52,13 +52,13 @@ def _load_chunk(X, r0, n, shift, xt):
 
 
 @njit(cache=True, fastmath=FAST_SUMS)
-def _log_prob_tri(xt, n, means, prec, const, diff, y, y2, sq, lp):
+def _log_prob_tri(xt, n, means, prec, const, y, y2, sq, lp):
     """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular.
 
     Computed as ``x U_k - mu_k U_k`` (as scikit-learn), with no pass forming x - mu_k.
     Columns j, j + 1 of U_k are done in one pass over the chunk, four rows at a time (four
     loads of x and two of y feed eight multiply-adds: the loop is bound by loads and
-    stores, not arithmetic). ``diff`` is unused (kept for the buffers' signature)."""
+    stores, not arithmetic)."""
     K, d = means.shape
     for k in range(K):
         sq[:n] = 0.0
@@ -109,9 +109,9 @@ def _log_prob_diag(xt, n, means, prec, const, sq, lp):
 
 
 @njit(cache=True)
-def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, y2, sq, lp):
+def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, y2, sq, lp):
     if prec_tri.shape[0] > 0:
-        _log_prob_tri(xt, n, means, prec_tri, const, diff, y, y2, sq, lp)
+        _log_prob_tri(xt, n, means, prec_tri, const, y, y2, sq, lp)
     else:
         _log_prob_diag(xt, n, means, prec_diag, const, sq, lp)
 
@@ -240,7 +240,7 @@ def _buffers(K, d):
     # rows of the 2-D buffers CHUNK_PAD apart from a power of two: a 2 KB row stride maps
     # every row to the same few L1 sets (at d = 50: 40% slower than d = 49)
     p = c + CHUNK_PAD
-    return (np.empty((d, p)), np.empty((d, p)), np.empty((K, p)), np.empty(c),
+    return (np.empty((d, p)), np.empty((K, p)), np.empty(c),
             np.empty(c), np.empty(c), np.empty(c), np.empty(c), np.empty(c, dtype=np.int64), np.empty(c))
 
 
@@ -268,7 +268,7 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     of one that continues past ``e`` to ``tail``. Returns the (head, tail) client ids, -1
     when absent."""
     K, d = means.shape
-    xt, diff, lp, y, sq, w, mx, sm, bits, ex = _buffers(K, d)
+    xt, lp, y, sq, w, mx, sm, bits, ex = _buffers(K, d)
     cuts = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
     ll = np.empty(CHUNK_ROWS)
     q = out.shape[1] - 1
@@ -278,7 +278,7 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     for c0 in range(a, e, CHUNK_ROWS):
         n = min(CHUNK_ROWS, e - c0)
         _load_chunk(X, c0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, w, sq, lp)
         n_pieces = _chunk_pieces(seg, s, c0, n, cuts)
         _responsibilities(lp, n, hard, mx, sm, bits, ex, cuts, n_pieces, ll)
         for p in range(n_pieces):
@@ -380,11 +380,11 @@ def weighted_log_prob(X, shift, means, prec_tri, prec_diag, const):
     out = np.empty((n_rows, K))
     n_chunks = (n_rows + CHUNK_ROWS - 1) // CHUNK_ROWS
     for c in prange(n_chunks):
-        xt, diff, lp, y, sq, w, mx, sm, _, _ = _buffers(K, d)
+        xt, lp, y, sq, w, mx, sm, _, _ = _buffers(K, d)
         r0 = c * CHUNK_ROWS
         n = min(CHUNK_ROWS, n_rows - r0)
         _load_chunk(X, r0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, diff, y, w, sq, lp)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, w, sq, lp)
         for t in range(n):
             for k in range(K):
                 out[r0 + t, k] = lp[k, t]

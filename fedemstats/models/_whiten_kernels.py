@@ -1,19 +1,20 @@
-"""The GMM geometry's whitening of packed statistic rows (full and tied) as matrix products.
+"""The GMM geometry's whitening of packed statistic rows (full and tied) as a sparse matrix.
 
 :class:`.gmm_geometry.MomentWhitening` maps (S0, S1, S2) with NumPy over (rows x K x d x d)
 arrays: with 100,000 clients a ``dither:s=4`` round spent two thirds of its time
 unpacking every packed second moment to full matrices, building outer products, two
 batched matrix products and packing again. The map is linear in the packed row, so it is
-built once per geometry as matrices and applied with BLAS:
+built once per geometry as a (q x q) matrix:
 
-* per component k, on ``z_k = (S0_k, S1_k, packed S2_k)`` (1 + d + d(d+1)/2 entries),
-  ``y1 = W1 (S1 − S0 m)`` and ``y2 = M (S2 − G (S0, S1))``, where ``M`` is the sandwich
-  ``C ↦ W2 C W2ᵀ`` on packed symmetric matrices and ``G`` the packed cross term
-  ``S1 mᵀ + m S1ᵀ − S0 m mᵀ``; the inverse is ``S1 = L y1 + y0 m``,
-  ``S2 = M' y2 + G (y0, S1)``;
-* full: one (66 x 66) block per component at d = 10, applied to the rows' columns of
-  that component; tied (one second moment, cross terms summed over the components): one
-  dense (q x q) matrix.
+* per component k, on ``(S0_k, S1_k, packed S2_k)``: ``y1 = W1 (S1 − S0 m)`` and
+  ``y2 = M (S2 − G (S0, S1))``, where ``M`` is the sandwich ``C ↦ W2 C W2ᵀ`` on packed
+  symmetric matrices and ``G`` the packed cross term ``S1 mᵀ + m S1ᵀ − S0 m mᵀ``; the
+  inverse is ``S1 = L y1 + y0 m``, ``S2 = M' y2 + G (y0, S1)``; tied: one second moment,
+  the cross terms summed over the components;
+* the matrix is kept in CSR form (about a tenth of a dense (q x q) product's terms are
+  non-zero at d = 10, K = 5: blocks per component, triangular factors) and applied by
+  :func:`apply_rows`, row by row in a fixed order: a BLAS product would be faster per term
+  but its bits depend on the batch, and a client must get the same bits alone as among others.
 """
 from __future__ import annotations
 
@@ -105,8 +106,7 @@ class PackedWhitening:
 
 
 def _csr(P):
-    """(row pointers, columns, values) of the non-zero entries of P: the triangular factors
-    leave about a third of the sandwich's entries non-zero at d = 10."""
+    """(row pointers, columns, values) of the non-zero entries of P, row by row."""
     rows, cols = np.nonzero(P)
     ptr = np.zeros(P.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=P.shape[0]), out=ptr[1:])
