@@ -1,4 +1,7 @@
-"""Shared fixtures: scikit-learn's digits, split once per session."""
+"""Shared fixtures: scikit-learn's digits, split once per session; every test leaves the
+process environment as it found it."""
+import os
+
 import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -8,6 +11,18 @@ from fedemstats.neural.partition import iid_clients
 
 DIGITS_TEST_SIZE = 0.3
 DIGITS_PIXEL_MAX = 16.0
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Undo what a test wrote to ``os.environ``. Importing ``scripts/_common.py`` in process
+    sets NUMBA_NUM_THREADS=1; numba rereads its environment at every compilation and then
+    refused to compile anything once its pool had started with 2 threads (CI failure)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _split(X, y):
