@@ -8,7 +8,8 @@ from sklearn.mixture._gaussian_mixture import _estimate_gaussian_parameters
 from fedemstats.federation import Federation
 from fedemstats.models.gmm import (GaussianMixtureModel, GMMParams, estimate_log_prob_resp,
                                    make_params)
-from fedemstats.models._summaries import global_moments, init_kmeans_summaries
+from fedemstats.models._kmeans_summaries import init_kmeans_summaries
+from fedemstats.models._summaries import global_moments
 from fedemstats.models.gmm_init import init_params
 
 TYPES = ["full", "tied", "diag", "spherical"]

@@ -18,7 +18,8 @@ from fedemstats._grouping import label_codes, stable_order
 from fedemstats._ranges import column_ranges
 from fedemstats.algorithms import FedEM, VRFedEM
 from fedemstats.federation import Federation
-from fedemstats.models._summaries import client_row_sample, global_moments, global_variances
+from fedemstats.models._kmeans_summaries import client_row_sample
+from fedemstats.models._summaries import global_moments, global_variances
 from fedemstats.models.gmm import GaussianMixtureModel
 from fedemstats.models.gmm_init import hard_pass_rows, init_params
 

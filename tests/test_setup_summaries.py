@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from fedemstats.federation import Federation
-from fedemstats.models import _summaries
+from fedemstats.models import _kmeans_summaries, _summaries
 from fedemstats.models._patterns import BLAS_MIN_ROWS, segment_scatter
-from fedemstats.models._summaries import client_moments, global_mean, init_kmeans_summaries, nan_moments
+from fedemstats.models._kmeans_summaries import init_kmeans_summaries
+from fedemstats.models._summaries import client_moments, global_mean, nan_moments
 
 
 def mixed_sizes_federation(seed=0, d=4, nan_frac=0.0):
@@ -62,7 +63,7 @@ def test_nan_moments_are_pairwise_complete_and_computed_once(monkeypatch, nan_fr
 def test_kmeans_summaries_of_large_clients_use_a_sample_and_weigh_all_rows(monkeypatch):
     rng = np.random.default_rng(3)
     centres = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0]])
-    n = 3 * _summaries.LOCAL_KMEANS_MAX_ROWS + 11
+    n = 3 * _kmeans_summaries.LOCAL_KMEANS_MAX_ROWS + 11
     X = centres[rng.integers(3, size=2 * n)] + rng.normal(size=(2 * n, 2))
     fed = Federation(X, [0, n, 2 * n])
     seen = {}

@@ -10,39 +10,26 @@ sums. The summaries are
 * sums and pairwise sums of the observed values of rows with missing entries
   (:func:`nan_moments`), and the public shift / scale derived from them;
 * local k-means centroids of clusters holding at least ``min_rows`` rows
-  (:func:`init_kmeans_summaries`).
+  (:mod:`._kmeans_summaries`, with the row samples of the k-means start).
 """
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from .._linalg import safe_cholesky
-from .._validation import check_int, check_rng
-from ..federation import Federation
-from ._local_kmeans import local_kmeans_all
 from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 
-__all__ = ["SUMMARY_MIN_ROWS", "LOCAL_LLOYD_ITER", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
-           "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances", "client_row_sample", "nan_mean",
-           "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
+__all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
+           "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
+           "nan_mean", "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
            "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
-           "standardising_shift_scale",
-           "init_kmeans_summaries", "filled_kmeans_summaries"]
+           "standardising_shift_scale"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
 #: so that no centroid is close to a single raw row.
 SUMMARY_MIN_ROWS = 5
-#: Lloyd iterations of each client's local k-means (a summary, not a final clustering).
-LOCAL_LLOYD_ITER = 10
-#: A client's local k-means runs on at most this many of its rows (an evenly spread
-#: random sample): enough for K ~ 10 centroids, and the initialisation then costs less
-#: than one E-step whatever the client sizes (issue 15 item 4, set-up cost).
-LOCAL_KMEANS_MAX_ROWS = 1024
-#: Restarts of the server's weighted k-means on the pooled centroids.
-SERVER_N_INIT = 4
 #: Federated initialisations of the mixtures: k-means summaries or random draws from global moments.
 INIT_METHODS = ("kmeans", "random")
 
@@ -318,116 +305,3 @@ def standardising_shift_scale(federation) -> dict:
     """``{"shift": mean, "scale": sd}`` from :func:`nan_moments` (round 1, public afterwards)."""
     mean, cov = nan_moments(federation)
     return {"shift": mean, "scale": public_scale(cov, mean)}
-
-
-# ---------------------------------------------------------------------- row samples
-def client_row_sample(federation, max_rows, rng):
-    """Each client's evenly spread random sample of at most ``max_rows`` of its own rows.
-
-    Client ``i`` with ``m_i > max_rows`` rows keeps rows ``floor((j + u_i) m_i / max_rows)``,
-    ``j < max_rows`` (systematic sampling: every stretch of its rows is represented),
-    with ``u_i`` uniform; smaller clients keep all their rows. A client's mean statistic on
-    its sample is unbiased for the one on all its rows, and the sample never leaves it.
-
-    Parameters
-    ----------
-    federation : Federation
-    max_rows : int
-    rng : numpy.random.Generator
-        Drawn from (one uniform per client) only when some client is larger than ``max_rows``.
-
-    Returns
-    -------
-    Federation
-        The samples, with ``federation``'s client weights (``federation`` itself if no
-        client is larger than ``max_rows``).
-    """
-    sizes = federation.sizes
-    if not np.any(sizes > max_rows):
-        return federation
-    keep = np.minimum(sizes, max_rows)
-    u = rng.random(federation.n_clients)
-    ends = np.cumsum(keep)
-    j = np.arange(ends[-1]) - np.repeat(ends - keep, keep)
-    m, kept = np.repeat(sizes, keep), np.repeat(keep, keep)
-    rows = np.repeat(federation.offsets[:-1], keep) + np.minimum(((j + np.repeat(u, keep)) * m / kept).astype(np.int64),
-                                                                   m - 1)
-    return Federation(np.take(federation.X, rows, axis=0), np.concatenate([[0], ends]), federation.weights,
-                      allow_nan=True, check_input=False)
-
-
-# ---------------------------------------------------------------------- k-means summaries
-def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
-    """Initial centres from clients' local k-means summaries.
-
-    Client ``i`` runs k-means with ``min(n_components, m_i // min_rows)`` clusters on its
-    own rows (an evenly spread sample of :data:`LOCAL_KMEANS_MAX_ROWS` of them if it has
-    more) and sends only the centroids and counts of clusters averaging at least
-    ``min_rows`` rows (so no centroid is a single row), counts scaled to its ``m_i`` rows;
-    the server runs weighted k-means++ (scikit-learn ``KMeans`` with ``sample_weight`` =
-    counts) on them. All clients' k-means run in one parallel pass (:mod:`._local_kmeans`).
-
-    Parameters
-    ----------
-    federation : Federation
-    n_components : int
-    rng : numpy.random.Generator or int, optional
-    min_rows : int, default=5
-        At least 2.
-
-    Returns
-    -------
-    means : ndarray of shape (n_components, n_features)
-
-    Raises
-    ------
-    TooFewSummariesError
-        If fewer than ``n_components`` centroids survive (clients too small for
-        ``min_rows``); use ``method="random"`` or a smaller ``min_rows``.
-    """
-    n_components = check_int(n_components, "n_components")
-    min_rows = check_int(min_rows, "min_rows", minimum=2)
-    rng = check_rng(rng)
-    ks = np.minimum(n_components, federation.sizes // min_rows)
-    # every client's k-means on its own rows, all clients in one parallel pass
-    centres, counts, used = local_kmeans_all(federation.X, federation.offsets, ks, rng, LOCAL_LLOYD_ITER,
-                                             LOCAL_KMEANS_MAX_ROWS)
-    keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
-    # weights: the client's rows a centroid stands for (counts of a sample scaled up)
-    weights = counts * (federation.sizes / used)[:, None]
-    C, w = centres[keep], weights[keep].astype(np.float64)
-    n_sent = C.shape[0]
-    if n_sent < n_components:
-        raise TooFewSummariesError(
-            f"k-means init: clients sent {n_sent} centroid(s) of >= {min_rows} rows, fewer than "
-            f"n_components={n_components}; use init_params='random' or a smaller min_rows.")
-    from sklearn.cluster import KMeans  # lazy: node processes that never init stay light
-
-    km = KMeans(n_clusters=n_components, n_init=SERVER_N_INIT,
-                random_state=int(rng.integers(np.iinfo(np.int32).max)))
-    # a few hundred weighted points: one thread. scikit-learn's OpenMP threads next to
-    # numba's (another OpenMP runtime, its threads spinning after the clients' pass) made
-    # this fit 50x slower on 2 cores (1.2 s instead of 0.02 s)
-    with _thread_pools().limit(limits=1):
-        return km.fit(C, sample_weight=w).cluster_centers_
-
-
-_CONTROLLER = []
-
-
-def _thread_pools() -> ThreadpoolController:
-    """One ThreadpoolController per process: building one scans the loaded libraries
-    (2.5 ms per fit). Built after scikit-learn's import, so its OpenMP runtime is in it."""
-    if not _CONTROLLER:
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0]
-
-
-def filled_kmeans_summaries(federation, fill, n_components, rng, min_rows=SUMMARY_MIN_ROWS):
-    """:func:`init_kmeans_summaries` on rows whose missing entries each client fills with
-    the public ``fill`` (d,); ``None`` when the clients are too small to send them."""
-    filled = np.where(np.isnan(federation.X), fill, federation.X)
-    try:
-        return init_kmeans_summaries(Federation(filled, federation.offsets), n_components, rng, min_rows=min_rows)
-    except TooFewSummariesError:
-        return None  # the callers document a fallback to random draws

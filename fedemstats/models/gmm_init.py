@@ -12,9 +12,9 @@ import numpy as np
 
 from .._linalg import safe_cholesky
 from .._validation import check_rng
-from ._summaries import (INIT_METHODS, LOCAL_KMEANS_MAX_ROWS, SUMMARY_MIN_ROWS, TooFewSummariesError,
-                         check_init_method, client_row_sample, global_moments, global_variances,
-                         init_kmeans_summaries)
+from ._kmeans_summaries import LOCAL_KMEANS_MAX_ROWS, client_row_sample, init_kmeans_summaries
+from ._summaries import (INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError, check_init_method, global_moments,
+                         global_variances)
 from .gmm_params import GMMParams, make_params, shared_covariances
 
 __all__ = ["init_params", "init_random_from_moments", "INIT_METHODS", "SUMMARY_MIN_ROWS",
@@ -57,13 +57,14 @@ def init_random_from_moments(mean, cov, model, rng) -> GMMParams:
 def init_params(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_MIN_ROWS) -> GMMParams:
     """Initial parameters without moving raw rows.
 
-    ``"kmeans"``: means from :func:`._summaries.init_kmeans_summaries`; then one E/M
+    ``"kmeans"``: means from :func:`._kmeans_summaries.init_kmeans_summaries`; then one E/M
     pass from those means with hard (nearest-mean) responsibilities, computed by the
     clients as model statistics (``client_stats(hard=True)`` under identity covariances
     and equal weights) on their rows, or on an evenly spread sample of
-    :func:`hard_pass_rows` of them when they hold more (:func:`._summaries.client_row_sample`),
-    and the model's T-map — scikit-learn's ``init_params="kmeans"`` in federated form. ``"random"``: means drawn from N(global mean, global covariance),
-    every component with the global covariance (+ ``reg_covar``), uniform weights.
+    :func:`hard_pass_rows` of them when they hold more (:func:`._kmeans_summaries.client_row_sample`),
+    and the model's T-map — scikit-learn's ``init_params="kmeans"`` in federated form.
+    ``"random"``: means drawn from N(global mean, global covariance), every component
+    with the global covariance (+ ``reg_covar``), uniform weights.
 
     Parameters
     ----------

@@ -13,8 +13,8 @@ import numpy as np
 
 from .._validation import check_rng
 from ._mixture_missing import impute_mixture, mixture_log_likelihood, mixture_segment_sums
-from ._summaries import (SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean,
-                         regularised_nan_moments)
+from ._kmeans_summaries import filled_kmeans_summaries
+from ._summaries import SUMMARY_MIN_ROWS, check_init_method, nan_mean, regularised_nan_moments
 from .gmm import GaussianMixtureModel
 from .gmm_params import GMMParams, full_covariances, make_params, shared_covariances
 
@@ -89,7 +89,7 @@ def init_gmm_missing(federation, model, method="kmeans", rng=None, min_rows=SUMM
     The server broadcasts the global means and pairwise covariance (from sums, see
     :func:`._summaries.nan_moments`). ``"kmeans"``: each client fills its own missing
     entries with the global means and sends local k-means summaries
-    (:func:`._summaries.filled_kmeans_summaries`, clusters of at least ``min_rows`` rows);
+    (:func:`._kmeans_summaries.filled_kmeans_summaries`, clusters of at least ``min_rows`` rows);
     if the clients are too small to send ``K`` centroids it falls back to ``"random"``.
     ``"random"``: means drawn from N(global mean, global covariance). Every component
     starts with the global covariance (diagonal for ``"diag"``) and weight 1/K.

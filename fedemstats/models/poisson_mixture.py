@@ -18,7 +18,8 @@ from .._validation import check_int, check_rng
 from ..layout import StatLayout
 from ._mixture import component_mass, draw_components, log_norm_resp
 from ._patterns import rows_per_chunk, segment_sums
-from ._summaries import INIT_METHODS, SUMMARY_MIN_ROWS, check_init_method, filled_kmeans_summaries, nan_mean
+from ._kmeans_summaries import filled_kmeans_summaries
+from ._summaries import INIT_METHODS, SUMMARY_MIN_ROWS, check_init_method, nan_mean
 from .base import Model
 from .poisson_geometry import poisson_geometry
 
@@ -179,7 +180,7 @@ def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=
     """Initial weights and rates without moving raw rows.
 
     ``"kmeans"``: clients fill their own missing counts with the global column means (from
-    client sums) and send local k-means summaries (:func:`._summaries.filled_kmeans_summaries`,
+    client sums) and send local k-means summaries (:func:`._kmeans_summaries.filled_kmeans_summaries`,
     clusters of at least ``min_rows`` rows); the rates are the server's centroids. If the
     clients are too small to send ``K`` centroids, falls back to ``"random"``:
     ``λ_kj = mean_j exp(INIT_LOG_SPREAD ξ_kj)``, ξ ~ N(0, 1). Rates are floored at
