@@ -104,7 +104,7 @@ def test_packed_whitening_equals_the_moment_algebra(ctype):
     assert np.array_equal(geo.forward(x[3]), y[3:4])  # one vector is one row
 
 
-def test_moment_whitening_is_not_used_for_unpacked_or_diagonal_layouts():
+def test_packed_whitening_is_not_used_for_diagonal_layouts():
     model = GaussianMixtureModel(K, D, "diag")
     theta = random_theta("diag", np.random.default_rng(7))
     assert model.geometry(theta, model.expected_stats(theta))._packed is None

@@ -126,7 +126,7 @@ def test_client_row_sample_is_own_rows_evenly_spread_and_unbiased():
     assert client_row_sample(fed, 5000, rng) is fed
 
 
-def test_kmeans_start_from_the_hard_pass_sample_matches_the_full_pass():
+def test_kmeans_start_from_the_hard_pass_sample_matches_the_full_pass(monkeypatch):
     rng = np.random.default_rng(5)
     K, d = 3, 4
     centres = rng.normal(scale=6, size=(K, d))
@@ -137,12 +137,8 @@ def test_kmeans_start_from_the_hard_pass_sample_matches_the_full_pass():
     assert hard_pass_rows(fed, model, theta) < 30_000  # the sample is used here
     # the same start from every row: the clients' sample moves θ_0 by sampling error only
     from fedemstats.models import gmm_init
-    saved = gmm_init.HARD_PASS_ROWS_PER_PARAMETER
-    gmm_init.HARD_PASS_ROWS_PER_PARAMETER = 10 ** 9
-    try:
-        full = init_params(fed, model, "kmeans", np.random.default_rng(1))
-    finally:
-        gmm_init.HARD_PASS_ROWS_PER_PARAMETER = saved
+    monkeypatch.setattr(gmm_init, "HARD_PASS_ROWS_PER_PARAMETER", 10 ** 9)
+    full = init_params(fed, model, "kmeans", np.random.default_rng(1))
     order = np.argsort(theta.means[:, 0])
     ref = np.argsort(full.means[:, 0])
     np.testing.assert_allclose(theta.weights[order], full.weights[ref], atol=0.03)

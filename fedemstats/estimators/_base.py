@@ -109,7 +109,8 @@ class FederatedEMMixin:
         elif np.shape(groups) != (X.shape[0],):
             raise ValueError(f"groups must have one label per row of X: expected shape ({X.shape[0]},), "
                              f"got {np.shape(groups)}.")
-        # validate_data returned X as C-contiguous float64 with inf (and NaN, unless allowed) rejected
+        # validate_data returned float64 with inf (and NaN, unless allowed) rejected: the
+        # federation need not check it again, only have it in C order
         fed, order, labels = Federation.from_groups(np.ascontiguousarray(X), groups, weights=self.client_weights,
                                                     allow_nan=self._allow_nan, check_input=False)
         small = np.flatnonzero(fed.sizes < MIN_CLIENT_ROWS)

@@ -13,7 +13,7 @@ from threadpoolctl import ThreadpoolController
 
 from .._validation import check_int, check_rng
 from ..federation import Federation
-from ._local_kmeans import local_kmeans_all
+from ._local_kmeans import local_kmeans_all, systematic_rows
 from ._summaries import SUMMARY_MIN_ROWS, TooFewSummariesError
 
 __all__ = ["LOCAL_LLOYD_ITER", "LOCAL_KMEANS_MAX_ROWS", "SERVER_N_INIT", "client_row_sample",
@@ -33,10 +33,9 @@ SERVER_N_INIT = 4
 def client_row_sample(federation, max_rows, rng):
     """Each client's evenly spread random sample of at most ``max_rows`` of its own rows.
 
-    Client ``i`` with ``m_i > max_rows`` rows keeps rows ``floor((j + u_i) m_i / max_rows)``,
-    ``j < max_rows`` (systematic sampling: every stretch of its rows is represented),
-    with ``u_i`` uniform; smaller clients keep all their rows. A client's mean statistic on
-    its sample is unbiased for the one on all its rows, and the sample never leaves it.
+    :func:`._local_kmeans.systematic_rows` with one uniform ``u_i`` per client. A client's
+    mean statistic on its sample is unbiased for the one on all its rows, and the sample
+    never leaves it.
 
     Parameters
     ----------
@@ -51,18 +50,11 @@ def client_row_sample(federation, max_rows, rng):
         The samples, with ``federation``'s client weights (``federation`` itself if no
         client is larger than ``max_rows``).
     """
-    sizes = federation.sizes
-    if not np.any(sizes > max_rows):
+    if not np.any(federation.sizes > max_rows):
         return federation
-    keep = np.minimum(sizes, max_rows)
-    u = rng.random(federation.n_clients)
-    ends = np.cumsum(keep)
-    j = np.arange(ends[-1]) - np.repeat(ends - keep, keep)
-    m, kept = np.repeat(sizes, keep), np.repeat(keep, keep)
-    rows = np.repeat(federation.offsets[:-1], keep) + np.minimum(((j + np.repeat(u, keep)) * m / kept).astype(np.int64),
-                                                                   m - 1)
-    return Federation(np.take(federation.X, rows, axis=0), np.concatenate([[0], ends]), federation.weights,
-                      allow_nan=True, check_input=False)
+    rows, offsets = systematic_rows(federation.offsets, max_rows, rng.random(federation.n_clients))
+    return Federation(np.take(federation.X, rows, axis=0), offsets, federation.weights, allow_nan=True,
+                      check_input=False)
 
 
 # ---------------------------------------------------------------------- k-means summaries

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["local_kmeans_all"]
+__all__ = ["local_kmeans_all", "systematic_rows"]
 
 
 @njit(cache=True)
@@ -84,28 +84,47 @@ def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
                 C[j, :] = sums[j] / counts[j]
 
 
-@njit(cache=True)
-def _systematic_rows(X, a, n, m, u):
-    """Rows a + floor((j + u) n / m), j < m: an evenly spread random sample of m of the n rows."""
-    out = np.empty((m, X.shape[1]))
-    for j in range(m):
-        out[j, :] = X[a + min(int((j + u) * n / m), n - 1)]
-    return out
+def systematic_rows(offsets, max_rows, u):
+    """Each client's evenly spread random sample of at most ``max_rows`` of its rows.
+
+    Client ``i`` with ``m_i > max_rows`` rows keeps rows ``a_i + floor((j + u_i) m_i / max_rows)``,
+    ``j < max_rows`` (systematic sampling: every stretch of its rows is represented);
+    smaller clients keep all their rows.
+
+    Parameters
+    ----------
+    offsets : ndarray of int of shape (n_clients + 1,)
+    max_rows : int
+    u : ndarray of shape (n_clients,)
+        Uniforms in [0, 1), one per client.
+
+    Returns
+    -------
+    rows : ndarray of int64 of shape (n_kept,) or None
+        The kept rows, client by client; None when no client holds more than ``max_rows``.
+    sample_offsets : ndarray of int64 of shape (n_clients + 1,)
+    """
+    sizes = np.diff(offsets)
+    if not np.any(sizes > max_rows):
+        return None, np.asarray(offsets, dtype=np.int64)
+    keep = np.minimum(sizes, max_rows)
+    ends = np.cumsum(keep)
+    j = np.arange(ends[-1]) - np.repeat(ends - keep, keep)
+    m, kept = np.repeat(sizes, keep), np.repeat(keep, keep)
+    rows = np.repeat(offsets[:-1], keep) + np.minimum(((j + np.repeat(u, keep)) * m / kept).astype(np.int64), m - 1)
+    return rows, np.concatenate([[0], ends]).astype(np.int64)
 
 
 @njit(cache=True, parallel=True)
-def _all_clients(X, seg, ks, u, n_iter, max_rows, centres, counts):
+def _all_clients(X, seg, ks, u, n_iter, centres, counts):
     K, d = centres.shape[1], X.shape[1]
     for i in prange(seg.shape[0] - 1):
         k = ks[i]
         if k == 0:
             continue
-        n = seg[i + 1] - seg[i]
-        Xi, a = X, seg[i]
-        if n > max_rows:
-            Xi, a, n = _systematic_rows(X, seg[i], n, max_rows, u[i, K]), 0, max_rows
-        _seed(Xi, a, n, k, u[i], centres[i], np.empty(n))
-        _lloyd(Xi, a, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64))
+        a, n = seg[i], seg[i + 1] - seg[i]
+        _seed(X, a, n, k, u[i], centres[i], np.empty(n))
+        _lloyd(X, a, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64))
 
 
 def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
@@ -140,6 +159,8 @@ def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
     centres = np.zeros((seg.size - 1, K, X.shape[1]))
     counts = np.zeros((seg.size - 1, K), dtype=np.int64)
     if K:
-        _all_clients(np.ascontiguousarray(X, dtype=np.float64), np.asarray(seg, dtype=np.int64),
-                     np.asarray(ks, dtype=np.int64), u, int(n_iter), int(max_rows), centres, counts)
+        rows, sample_seg = systematic_rows(np.asarray(seg, dtype=np.int64), max_rows, u[:, K])
+        Xs = X if rows is None else np.take(X, rows, axis=0)
+        _all_clients(np.ascontiguousarray(Xs, dtype=np.float64), sample_seg, np.asarray(ks, dtype=np.int64), u,
+                     int(n_iter), centres, counts)
     return centres, counts, np.minimum(np.diff(seg), max_rows)

@@ -71,9 +71,9 @@ class PackedWhitening:
         t = d * (d + 1) // 2
         self.q = K + K * d + (t if tied else K * t)
         G = _cross_matrix(m)
-        self.fwd = self._dense(m, L_inv, _sandwich_matrix(L2_inv), G, True)
-        self.inv = self._dense(m, L, _sandwich_matrix(L2), G, False)
-        self.fwd_csr, self.inv_csr = _csr(self.fwd), _csr(self.inv)
+        # only the CSR forms are kept: the dense (q, q) matrices are ten times larger
+        self.fwd_csr = _csr(self._dense(m, L_inv, _sandwich_matrix(L2_inv), G, True))
+        self.inv_csr = _csr(self._dense(m, L, _sandwich_matrix(L2), G, False))
 
     def _dense(self, m, W1, M, G, forward):
         """The (q, q) matrix of the forward (W1 = L⁻¹, M from L2⁻¹) or inverse map (W1 = L, M from L2)."""
