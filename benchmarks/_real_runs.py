@@ -45,6 +45,8 @@ EIG_RATIO_BLOWUP = 1e2
 PSI_FLOOR = 1e-8
 #: Same start: round-0 log-likelihoods per row of exact and compressed runs agree to this.
 START_ATOL = 1e-10
+#: Step of the damped deterministic EM of :func:`damped_exact_em` (the trust region's first halving).
+DAMPED_STEP = 0.5
 
 
 @dataclass
@@ -183,6 +185,24 @@ def exact_em_from_end(table, split, model, run, *, seed=SEED):
         warnings.simplefilter("ignore")
         ref.fit(table.X, groups=split.groups)
     return float(ref.score(table.X))
+
+
+def damped_exact_em(table, split, model, *, seed=SEED):
+    """Mean log-likelihood per row of deterministic EM damped to γ = DAMPED_STEP (identity
+    compression, everyone, no noise) from the common start (GMM only; None otherwise).
+
+    Tells basin selection from damage: where exact EM's own fixed point is degenerate
+    (components squeezed onto the ``reg_covar`` floor, e.g. onto the exact zeros of a count
+    column), the local optimum EM reaches depends on its path. If damped EM, which has no
+    noise at all, also ends away from exact EM, a compressed fit (whose steps are below 1) ending
+    elsewhere says nothing about compression.
+    """
+    if isinstance(model, str):
+        model = MODELS[model]
+    if model.kind != "gmm":
+        return None
+    run = run_config(table, split, model, seed=seed, compressor="identity", step_size=DAMPED_STEP)
+    return run.loglik if run.ok else None
 
 
 class StartMismatchError(AssertionError):

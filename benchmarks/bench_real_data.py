@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _real_cli import parse_real_args  # noqa: E402
 from _real_models import (COMPRESSOR, MAX_ITER, MCAR_FRACTION, MODELS, PARTICIPATIONS,  # noqa: E402
                           TIGHT_MAX_ITER, TIGHT_TOL, VARIANTS)
-from _real_runs import (EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP, EIG_RATIO_COLLAPSE, PSI_FLOOR,  # noqa: E402
-                        WEIGHT_COLLAPSE, StartMismatchError, check_same_start, collapse_reasons, exact_em_from_end,
-                        run_config, warm_up)
+from _real_runs import (DAMPED_STEP, EIG_FLOOR_FACTOR, EIG_RATIO_BLOWUP, EIG_RATIO_COLLAPSE, PSI_FLOOR,  # noqa: E402
+                        WEIGHT_COLLAPSE, StartMismatchError, check_same_start, collapse_reasons, damped_exact_em,
+                        exact_em_from_end, run_config, warm_up)
 from _real_splits import DIRICHLET_ALPHA, make_splits  # noqa: E402
 from _real_tables import MAX_ROWS, SEED, load_table  # noqa: E402
 
@@ -67,7 +67,7 @@ def run_group(table, split, model, seed):
                     model, name, r.loglik, r.rmse, r.n_iter, r.converged, r.wall_s, r.status)
     exact, tight = runs["exact"], runs["tight"]
     kind = config.kind
-    rows = []
+    rows, damped = [], {}  # damped EM is deterministic: one run serves both participations
     for p in PARTICIPATIONS:
         comp = runs[f"fedem-p{p:g}"]
         status = comp.status if not comp.ok else exact.status if not exact.ok else "ok"
@@ -96,7 +96,11 @@ def run_group(table, split, model, seed):
             # a converged fit outside the tolerance: does exact EM climb on from its end?
             "ll_from_end": (exact_em_from_end(table, split, model, comp, seed=seed)
                             if status == "ok" and comp.converged and not within else None),
+            "exact_floored": exact.diagnostics.get("n_floored", 0) if exact.ok else 0,
         })
+        if status == "ok" and not rows[-1]["passed"] and kind == "gmm" and "ll" not in damped:
+            damped["ll"] = damped_exact_em(table, split, model, seed=seed)
+        rows[-1]["ll_damped"] = damped.get("ll") if status == "ok" and not rows[-1]["passed"] else None
     return rows
 
 
@@ -175,6 +179,15 @@ def summary_lines(rows):
                  + ", ".join(f"{r['ll_from_end'] - r['ll_comp']:+.1e}" for r in other) + ")" if other else "")
                  + f"; stopped early or not checked (false convergence): {len(false_conv)}"
                  + (f" ({names(false_conv)})" if false_conv else ""))
+    degenerate = [r for r in ok if not r["passed"] and r["exact_floored"] > 0 and r["ll_damped"] is not None]
+    if degenerate:
+        lines.append(f"- Failing GMM rows whose exact-EM solution is itself degenerate (covariance eigenvalues at "
+                     f"the `reg_covar` floor): {len(degenerate)}. Deterministic EM damped to γ = {DAMPED_STEP:g} "
+                     "(identity, everyone: no noise) from the same start ends at (exact − damped, nats/row): "
+                     + ", ".join(f"{r['table']}/{r['split']}/{r['model']}/p={r['p']:g} "
+                                 f"{r['ll_exact'] - r['ll_damped']:+.2e} (FedEM {r['gap']:+.2e})" for r in degenerate)
+                     + ". Where damped EM also leaves exact EM's optimum, the optimum reached depends on the path "
+                     "(basin selection in a degenerate likelihood), not on the noise.")
     nconv = [r for r in ok if not r["conv_comp"]]
     lines.append(f"- FedEM `converged_=False` at `max_iter`: {len(nconv)}; exact EM not converged: "
                  f"{sum(1 for r in ok if not r['conv_exact'])}; reference capped at {TIGHT_MAX_ITER} without "
@@ -238,7 +251,7 @@ def report(tables, splits, rows, args, total_s, n_fits):
              f"(`step_size='auto'`, `alpha`, `tol`); for both, `max_iter = max(MAX_ITER = {MAX_ITER}, the "
              f"estimator's default)` ({', '.join(f'{m}: {c.max_iter}' for m, c in MODELS.items())}) so that a "
              f"fit which never meets its criterion ends with `converged_=False` instead of being capped early "
-             f"(today `tol` is only checked under full participation, so p = 0.5 runs always end at `max_iter`). "
+             f"(the convergence test of compressed and partial runs: `docs/fedem.md`, 'Convergence'). "
              f"Reference: exact EM with `tol={TIGHT_TOL:g}`, `max_iter={TIGHT_MAX_ITER}` (rounds marked * "
              f"hit that cap without reaching the tol; slow factor-analysis EM). Same `random_state={args.seed}` for all: the "
              "runner asserts that round-0 log-likelihoods (the initial parameters') agree to 1e-10.",
@@ -256,6 +269,10 @@ def report(tables, splits, rows, args, total_s, n_fits):
              "reference) is started from FedEM's fitted parameters. If it climbs by at most the tolerance, FedEM "
              "converged to another stationary point than exact EM from the common start (a different local "
              "optimum: the row still fails); otherwise it stopped early (false convergence).",
+             f"- Failing GMM rows: deterministic EM damped to γ = {DAMPED_STEP:g} (identity compression, every "
+             "client, no noise) is also run from the common start. Where exact EM's own solution is degenerate "
+             "(eigenvalues at the `reg_covar` floor), this tells basin selection (damped EM, which has no noise, "
+             "leaves exact EM's optimum too) from damage done by compression (the row still fails).",
              "- Rounds are `n_iter_` (M-steps, round 0 included). Mbit = `history_['cumulative_bits']` at the "
              "end / 1e6 (uplink + downlink as the ledger counts them).",
              f"- Machine: {machine_note()} Total wall time {total_s / 60:.1f} min for {n_fits} fits.", "",

@@ -2,7 +2,8 @@
 end-to-end tests only see through whole fits."""
 import numpy as np
 
-from fedemstats.algorithms.controller import (CONVERGENCE_PATIENCE, ROUNDOFF, STOCHASTIC_TOL_FRACTION,
+from fedemstats.algorithms.controller import (CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW, ROUNDOFF,
+                                              STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
 
 
@@ -62,3 +63,44 @@ def test_mini_batch_runs_do_not_claim_convergence():
 def test_running_average_starts_at_the_first_value():
     assert running_average(None, 2.0) == 2.0
     assert running_average(2.0, 0.0) < 2.0
+
+
+def _trail_test(ctl, cs, lls, se, tol):
+    """Feed the log-likelihoods ``lls`` with standard error ``se`` (no mean field, no noise)."""
+    cs.noise_avg, cs.total_avg = 0.0, 0.0
+    out = None
+    for ll in lls:
+        cs.last_move = 1.0
+        out = ctl.converged(cs, ll, se ** 2, tol)[0]
+    return out
+
+
+def test_a_gain_within_the_noise_converges_once_the_window_resolves_it():
+    """Partial participation: the control-variate log-likelihood keeps a noise of first order at
+    stationarity. A trail rising at 0.9 b per unit step (b = STOCHASTIC_TOL_FRACTION · tol) with
+    a noise that "gain + 2 SE < b" could never beat converges once a window's standard error per
+    unit step is below WINDOW_SE_FRACTION · b, and not on a short window (all noise)."""
+    tol = 1e-5
+    bound = STOCHASTIC_TOL_FRACTION * tol
+    # two estimates' SE: 0.8 x what the longest window allows, far above what gain + 2 SE < b allows
+    se = 0.8 * WINDOW_SE_FRACTION * bound * CONVERGENCE_WINDOW / np.sqrt(2.0)
+    ctl = StepController(None, stochastic=True)
+    trail = -1.0 + 0.9 * bound * np.arange(CONVERGENCE_WINDOW + 1)
+    assert not _trail_test(ctl, _accepted(ctl, ll=-1.0), trail[:CONVERGENCE_PATIENCE + 2], se, tol)
+    assert _trail_test(ctl, _accepted(ctl, ll=-1.0), trail, se, tol)
+
+
+def test_a_log_likelihood_that_is_all_noise_never_converges():
+    """A flat trail whose standard error exceeds what even the longest window allows."""
+    tol = 1e-5
+    se = 1.2 * WINDOW_SE_FRACTION * STOCHASTIC_TOL_FRACTION * tol * CONVERGENCE_WINDOW / np.sqrt(2.0)
+    ctl = StepController(None, stochastic=True)
+    assert not _trail_test(ctl, _accepted(ctl, ll=-1.0), np.full(2 * CONVERGENCE_WINDOW, -1.0), se, tol)
+
+
+def test_a_gain_above_tol_does_not_converge():
+    tol, se = 1e-5, 1e-7
+    ctl = StepController(None, stochastic=True)
+    rising = -1.0 + 2.0 * tol * np.arange(CONVERGENCE_WINDOW + 1)  # 2 tol per unit step
+    assert not _trail_test(ctl, _accepted(ctl, ll=-1.0), rising, se, tol)
+    assert _trail_test(ctl, _accepted(ctl, ll=-1.0), np.full(CONVERGENCE_WINDOW + 1, -1.0), se, tol)

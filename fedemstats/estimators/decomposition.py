@@ -66,8 +66,9 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
         and ``n_samples``.
     tol : float, default=1e-5
         Stop when the mean log-likelihood per row gains less than ``tol`` in a round
-        (scikit-learn's ``tol`` is on the total log-likelihood); only used when the
-        log-likelihood is exact (full participation, full local batches).
+        (scikit-learn's ``tol`` is on the total log-likelihood); compressed or partial
+        runs use the noisy-run test of ``docs/fedem.md`` ("Convergence") with this ``tol``.
+        Mini-batch runs do not test it.
     copy : bool, default=True
         Kept for API compatibility; the input is never modified.
     max_iter : int, default=1000

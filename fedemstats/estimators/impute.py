@@ -65,7 +65,8 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
     max_iter : int, default=100
         Maximum number of M-steps.
     tol : float, default=1e-4
-        Stop when the mean log-likelihood per row gains less than ``tol`` (exact runs only).
+        Stop when the mean log-likelihood per row gains less than ``tol`` (compressed or
+        partial runs: the noisy-run test of ``docs/fedem.md``, "Convergence").
     algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
 online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.

@@ -31,8 +31,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     n_components : int, default=1
     covariance_type : {"full", "tied", "diag", "spherical"}, default="full"
     tol : float, default=1e-3
-        Convergence threshold on the mean log-likelihood gain; used only when the
-        log-likelihood is exact (full participation, full local batches).
+        Convergence threshold on the mean log-likelihood gain per row. Exact EM stops when
+        a round gains less (scikit-learn's rule); compressed or partial runs when the gain
+        per unit step, its noise and the estimated gain of an EM step say the same
+        (``docs/fedem.md``, "Convergence"). Mini-batch runs do not test it.
     reg_covar : float, default=1e-6
         Added to the covariance diagonals, as scikit-learn does.
     max_iter : int, default=100
