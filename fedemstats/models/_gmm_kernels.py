@@ -15,13 +15,15 @@ O(n_blocks * q) beyond the output).
 Precisions come in two forms: ``prec_tri`` (K, d, d) upper-triangular factors U with
 U U^T = Sigma^{-1} (full; tied is broadcast to K copies) and ``prec_diag`` (K, d)
 (diag; spherical is broadcast to d columns). Full and tied second moments are
-accumulated and written as packed upper triangles, the layout's storage order.
+accumulated and written as packed upper triangles, the layout's storage order. The
+triangular log-density is register-tiled in :mod:`._gmm_tiles`.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
+from ._gmm_tiles import FAST_SUMS, TILE, log_prob_tri
 from ._vexp import exp_shifted, sum_log_norm
 
 #: Covariance-type codes shared with gmm.py.
@@ -39,9 +41,6 @@ MAX_ROW_BLOCKS = 64
 #: Below this many floating-point operations (about a millisecond of one core) a pass
 #: runs serially: waking the thread pool costs more than it saves (see gmm.py).
 PARALLEL_MIN_FLOPS = 1e7
-#: Let LLVM reassociate the row sums (SIMD reductions) and fuse multiply-adds, but keep
-#: IEEE inf/NaN semantics (log pi_k = -inf for an empty component must stay -inf).
-FAST_SUMS = {"reassoc", "contract", "nsz"}
 
 
 @njit(cache=True)
@@ -49,48 +48,6 @@ def _load_chunk(X, r0, n, shift, xt):
     for t in range(n):
         for i in range(X.shape[1]):
             xt[i, t] = X[r0 + t, i] - shift[i]
-
-
-@njit(cache=True, fastmath=FAST_SUMS)
-def _log_prob_tri(xt, n, means, prec, const, y, y2, sq, lp):
-    """lp[k, t] = const[k] - 0.5 ||(x_t - mu_k) U_k||^2 with U_k upper triangular.
-
-    Computed as ``x U_k - mu_k U_k`` (as scikit-learn), with no pass forming x - mu_k.
-    Columns j, j + 1 of U_k are done in one pass over the chunk, four rows at a time (four
-    loads of x and two of y feed eight multiply-adds: the loop is bound by loads and
-    stores, not arithmetic)."""
-    K, d = means.shape
-    for k in range(K):
-        sq[:n] = 0.0
-        for j in range(0, d, 2):
-            j2 = min(j + 1, d - 1)  # odd d: the last column twice, counted once below
-            ca, cb = 0.0, 0.0  # (x - mu) U = x U - mu U: mu U is folded into the start
-            for i in range(j2 + 1):
-                ca += means[k, i] * prec[k, i, j]
-                cb += means[k, i] * prec[k, i, j2]
-            y[:n] = -ca
-            y2[:n] = -cb
-            i = 0
-            while i + 3 <= j:  # four rows per pass: 4 loads of x feed 8 multiply-adds
-                a0, a1, a2, a3 = prec[k, i, j], prec[k, i + 1, j], prec[k, i + 2, j], prec[k, i + 3, j]
-                b0, b1, b2, b3 = prec[k, i, j2], prec[k, i + 1, j2], prec[k, i + 2, j2], prec[k, i + 3, j2]
-                for t in range(n):
-                    d0, d1, d2, d3 = xt[i, t], xt[i + 1, t], xt[i + 2, t], xt[i + 3, t]
-                    y[t] += d0 * a0 + d1 * a1 + d2 * a2 + d3 * a3
-                    y2[t] += d0 * b0 + d1 * b1 + d2 * b2 + d3 * b3
-                i += 4
-            while i <= j:
-                pa, pb = prec[k, i, j], prec[k, i, j2]
-                for t in range(n):
-                    y[t] += xt[i, t] * pa
-                    y2[t] += xt[i, t] * pb
-                i += 1
-            pb = prec[k, j2, j2] if j2 > j else 0.0
-            for t in range(n):
-                v = y2[t] + xt[j2, t] * pb if j2 > j else 0.0
-                sq[t] += y[t] * y[t] + v * v
-        for t in range(n):
-            lp[k, t] = const[k] - 0.5 * sq[t]
 
 
 @njit(cache=True, fastmath=FAST_SUMS)
@@ -109,9 +66,9 @@ def _log_prob_diag(xt, n, means, prec, const, sq, lp):
 
 
 @njit(cache=True)
-def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, y2, sq, lp):
+def _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, yb, sq, lp):
     if prec_tri.shape[0] > 0:
-        _log_prob_tri(xt, n, means, prec_tri, const, y, y2, sq, lp)
+        log_prob_tri(xt, n, means, prec_tri, const, yb, lp)
     else:
         _log_prob_diag(xt, n, means, prec_diag, const, sq, lp)
 
@@ -236,11 +193,13 @@ def _upper_row(w, xt, i, t0, n, acc, base):
 
 @njit(cache=True)
 def _buffers(K, d):
+    """Chunk buffers: xt (d, .), lp (K, .), the partial columns of :func:`._gmm_tiles.log_prob_tri`
+    (TILE, .) and six row vectors (sq, w, mx, sm, exponent bits, exp)."""
     c = CHUNK_ROWS
     # rows of the 2-D buffers CHUNK_PAD apart from a power of two: a 2 KB row stride maps
     # every row to the same few L1 sets (at d = 50: 40% slower than d = 49)
     p = c + CHUNK_PAD
-    return (np.empty((d, p)), np.empty((K, p)), np.empty(c),
+    return (np.empty((d, p)), np.empty((K, p)), np.empty((TILE, p)),
             np.empty(c), np.empty(c), np.empty(c), np.empty(c), np.empty(c, dtype=np.int64), np.empty(c))
 
 
@@ -268,7 +227,7 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     of one that continues past ``e`` to ``tail``. Returns the (head, tail) client ids, -1
     when absent."""
     K, d = means.shape
-    xt, lp, y, sq, w, mx, sm, bits, ex = _buffers(K, d)
+    xt, lp, yb, sq, w, mx, sm, bits, ex = _buffers(K, d)
     cuts = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
     ll = np.empty(CHUNK_ROWS)
     q = out.shape[1] - 1
@@ -278,7 +237,7 @@ def _block_pass(X, seg, a, e, shift, means, prec_tri, prec_diag, const, code, ha
     for c0 in range(a, e, CHUNK_ROWS):
         n = min(CHUNK_ROWS, e - c0)
         _load_chunk(X, c0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, w, sq, lp)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, yb, sq, lp)
         n_pieces = _chunk_pieces(seg, s, c0, n, cuts)
         _responsibilities(lp, n, hard, mx, sm, bits, ex, cuts, n_pieces, ll)
         for p in range(n_pieces):
@@ -380,11 +339,11 @@ def weighted_log_prob(X, shift, means, prec_tri, prec_diag, const):
     out = np.empty((n_rows, K))
     n_chunks = (n_rows + CHUNK_ROWS - 1) // CHUNK_ROWS
     for c in prange(n_chunks):
-        xt, lp, y, sq, w, mx, sm, _, _ = _buffers(K, d)
+        xt, lp, yb, sq, w, mx, sm, _, _ = _buffers(K, d)
         r0 = c * CHUNK_ROWS
         n = min(CHUNK_ROWS, n_rows - r0)
         _load_chunk(X, r0, n, shift, xt)
-        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, y, w, sq, lp)
+        _chunk_log_prob(xt, n, means, prec_tri, prec_diag, const, yb, sq, lp)
         for t in range(n):
             for k in range(K):
                 out[r0 + t, k] = lp[k, t]
