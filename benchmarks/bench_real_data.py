@@ -98,9 +98,10 @@ def run_group(table, split, model, seed):
                             if status == "ok" and comp.converged and not within else None),
             "exact_floored": exact.diagnostics.get("n_floored", 0) if exact.ok else 0,
         })
-        if status == "ok" and not rows[-1]["passed"] and kind == "gmm" and "ll" not in damped:
-            damped["ll"] = damped_exact_em(table, split, model, seed=seed)
-        rows[-1]["ll_damped"] = damped.get("ll") if status == "ok" and not rows[-1]["passed"] else None
+        failing = status == "ok" and not rows[-1]["passed"]
+        if failing and "ll" not in damped:
+            damped["ll"] = damped_exact_em(table, split, model, seed=seed)  # None unless a GMM
+        rows[-1]["ll_damped"] = damped["ll"] if failing else None
     return rows
 
 

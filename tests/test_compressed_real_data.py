@@ -121,7 +121,6 @@ def test_compressed_partial_imputer_matches_exact(diabetes, diabetes_missing, se
     assert fed.history_["loglik"].iloc[0] > -30.0  # round 0 at θ_0: not a nearly singular start
 
 
-
 def test_partial_participation_factor_analysis_says_converged(diabetes):
     """Factor analysis at p = 0.5 (issue 11's benchmark, diabetes): the control-variate
     log-likelihood keeps a first-order noise at stationarity, and the window test that demanded

@@ -18,6 +18,7 @@ from fedemstats._grouping import label_codes, stable_order
 from fedemstats._ranges import column_ranges
 from fedemstats.algorithms import FedEM, VRFedEM
 from fedemstats.federation import Federation
+from fedemstats.models import _local_kmeans, gmm_init
 from fedemstats.models._kmeans_summaries import client_row_sample
 from fedemstats.models._summaries import global_moments, global_variances
 from fedemstats.models.gmm import GaussianMixtureModel
@@ -136,7 +137,6 @@ def test_kmeans_start_from_the_hard_pass_sample_matches_the_full_pass(monkeypatc
     theta = init_params(fed, model, "kmeans", np.random.default_rng(1))
     assert hard_pass_rows(fed, model, theta) < 30_000  # the sample is used here
     # the same start from every row: the clients' sample moves θ_0 by sampling error only
-    from fedemstats.models import gmm_init
     monkeypatch.setattr(gmm_init, "HARD_PASS_ROWS_PER_PARAMETER", 10 ** 9)
     full = init_params(fed, model, "kmeans", np.random.default_rng(1))
     order = np.argsort(theta.means[:, 0])
@@ -198,8 +198,6 @@ def _lloyd_reference(X, C, n_iter):
 
 @pytest.mark.parametrize("n_iter", [1, 2, 10, 40])
 def test_local_kmeans_stopping_at_a_repeated_assignment_equals_every_lloyd_step(n_iter):
-    from fedemstats.models import _local_kmeans
-
     rng = np.random.default_rng(n_iter)
     X = rng.normal(scale=2, size=(4, 3))[rng.integers(4, size=300)] + rng.normal(size=(300, 3))
     C0 = X[:4].copy()

@@ -33,6 +33,14 @@ def _mu_u(means, prec, k, j):
     return c
 
 
+@njit(cache=True, inline="always")
+def _tile_edges(i0, d):
+    """Indices i0 + 1 .. i0 + 3 clamped to d - 1, and the weights (1, or 0 for a surplus
+    index past the edge) that make a clamped entry count for nothing."""
+    return (min(i0 + 1, d - 1), min(i0 + 2, d - 1), min(i0 + 3, d - 1),
+            1.0 if i0 + 1 < d else 0.0, 1.0 if i0 + 2 < d else 0.0, 1.0 if i0 + 3 < d else 0.0)
+
+
 @njit(cache=True, fastmath=FAST_SUMS)
 def log_prob_tri(xt, n, means, prec, const, yb, lp):
     """lp[k, t] = const[k] - 0.5 ||x_t U_k - mu_k U_k||^2, U_k upper triangular.
@@ -60,22 +68,15 @@ def _columns4(xt, n, means, prec, k, j0, yb, lpk):
     over row tiles i0..i0+3 of U_k (only i0 <= j0 + 3: the rest of these columns is zero);
     the last row tile adds the squares instead of storing the columns."""
     d = means.shape[1]
-    # surplus columns (clamped to d - 1) get weight 0
-    c0, c1, c2, c3 = j0, min(j0 + 1, d - 1), min(j0 + 2, d - 1), min(j0 + 3, d - 1)
-    m1 = 1.0 if j0 + 1 < d else 0.0
-    m2 = 1.0 if j0 + 2 < d else 0.0
-    m3 = 1.0 if j0 + 3 < d else 0.0
+    c0 = j0
+    c1, c2, c3, m1, m2, m3 = _tile_edges(j0, d)
     yb[0, :n] = -_mu_u(means, prec, k, c0)  # (x - mu) U = x U - mu U: mu U is the start
     yb[1, :n] = -_mu_u(means, prec, k, c1) * m1
     yb[2, :n] = -_mu_u(means, prec, k, c2) * m2
     yb[3, :n] = -_mu_u(means, prec, k, c3) * m3
     i_end = min(j0 + TILE, d)
     for i0 in range(0, i_end, TILE):
-        i1, i2, i3 = min(i0 + 1, d - 1), min(i0 + 2, d - 1), min(i0 + 3, d - 1)
-        # surplus rows (clamped to d - 1) get weight 0
-        w1 = 1.0 if i0 + 1 < d else 0.0
-        w2 = 1.0 if i0 + 2 < d else 0.0
-        w3 = 1.0 if i0 + 3 < d else 0.0
+        i1, i2, i3, w1, w2, w3 = _tile_edges(i0, d)
         u00, u01, u02, u03 = (prec[k, i0, c0], prec[k, i0, c1] * m1,
                               prec[k, i0, c2] * m2, prec[k, i0, c3] * m3)
         u10, u11, u12, u13 = (prec[k, i1, c0] * w1, prec[k, i1, c1] * m1 * w1,
@@ -105,15 +106,11 @@ def _columns4(xt, n, means, prec, k, j0, yb, lpk):
 def _columns2(xt, n, means, prec, k, j0, yb, lpk):
     """:func:`_columns4` for the last one or two columns (d - j0 <= 2)."""
     d = means.shape[1]
-    c1 = min(j0 + 1, d - 1)
-    m1 = 1.0 if j0 + 1 < d else 0.0
+    c1, _, _, m1, _, _ = _tile_edges(j0, d)
     yb[0, :n] = -_mu_u(means, prec, k, j0)
     yb[1, :n] = -_mu_u(means, prec, k, c1) * m1
     for i0 in range(0, d, TILE):
-        i1, i2, i3 = min(i0 + 1, d - 1), min(i0 + 2, d - 1), min(i0 + 3, d - 1)
-        w1 = 1.0 if i0 + 1 < d else 0.0
-        w2 = 1.0 if i0 + 2 < d else 0.0
-        w3 = 1.0 if i0 + 3 < d else 0.0
+        i1, i2, i3, w1, w2, w3 = _tile_edges(i0, d)
         u00, u01 = prec[k, i0, j0], prec[k, i0, c1] * m1
         u10, u11 = prec[k, i1, j0] * w1, prec[k, i1, c1] * m1 * w1
         u20, u21 = prec[k, i2, j0] * w2, prec[k, i2, c1] * m1 * w2
