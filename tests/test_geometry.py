@@ -347,3 +347,37 @@ def test_deterministic(name):
     assert G1.forward(x).tobytes() == G2.forward(x).tobytes()
     assert G1.inverse(x).tobytes() == G2.inverse(x).tobytes()
     assert G1.step_fraction(s_hat, x[0]) == G2.step_fraction(s_hat, x[0])
+
+
+def test_whitening_is_scale_free_and_refuses_only_near_collinearity():
+    """Columns on scales 1 and 1e7 whiten exactly (a raw condition number of 1e14 used to send
+    such components to the identity map: compressed fits then stalled on raw tables); a
+    correlation of 1 − 1e-12 does not whiten, whatever the scales."""
+    from fedemstats.models._geometry import whitening_factors
+
+    scaled = np.diag([1.0, 1e14, 4.0])[None]
+    L, L_inv, fallback = whitening_factors(scaled)
+    assert not fallback[0]
+    np.testing.assert_allclose(L[0] @ L[0].T, scaled[0], rtol=1e-14)
+    collinear = np.array([[1.0, 1 - 1e-12], [1 - 1e-12, 1.0]]) * np.array([1.0, 1e7])[:, None] * [1.0, 1e7]
+    assert whitening_factors(collinear[None])[2][0]
+
+
+def test_compressed_mixture_on_columns_of_very_different_scales_reaches_exact_em():
+    """Diabetes with one column in units 1e7 times smaller (variances 1 and 1e14): before the
+    whitening test was scale-free every component fell back to the raw coordinates and the
+    compressed fit stalled (raw diamonds, price in milli-units: 500 rounds, 0.04 nats per row
+    short). Defaults, dither:s=4: converged and within 1e-3 nats per row of exact EM. (Full
+    covariances on this table still end at max_iter: a known weakness, see docs/geometry.md.)"""
+    from sklearn.datasets import load_diabetes
+    from sklearn.preprocessing import StandardScaler
+
+    from fedemstats.estimators import FederatedGaussianMixture
+
+    X = StandardScaler().fit_transform(load_diabetes().data)
+    X[:, 3] *= 1e7
+    kw = dict(covariance_type="diag", n_clients=20, random_state=0, max_iter=300)
+    exact = FederatedGaussianMixture(3, algorithm="em", **kw).fit(X)
+    fed = FederatedGaussianMixture(3, compressor="dither:s=4", **kw).fit(X)
+    assert fed.converged_
+    assert fed.score(X) >= exact.score(X) - 1e-3

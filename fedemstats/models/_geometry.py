@@ -28,8 +28,8 @@ TRUST_RATIO = 0.25
 MAX_HALVINGS = 12
 #: Components with a mixture weight below this use the identity map and are not checked.
 MIN_WEIGHT = 1e-8
-#: Covariances (and S_z̃z̃) with a larger condition number are not whitened (identity map):
-#: 1 / EIG_REL_FLOOR, the worst conditioning a T-map repair produces.
+#: Covariances (and S_z̃z̃) whose correlation matrix has a larger condition number are not
+#: whitened (identity map): 1 / EIG_REL_FLOOR, the worst conditioning a T-map repair produces.
 MAX_CONDITION = 1e10
 
 
@@ -69,9 +69,10 @@ def split_blocks(layout, parts) -> np.ndarray:
 def whitening_factors(cov, usable=None):
     """Batched Cholesky factors of covariances, with the identity where they cannot whiten.
 
-    A matrix falls back to the identity if it has a non-finite entry, a smallest
-    eigenvalue <= 0 (after symmetrisation) or a condition number above
-    :data:`MAX_CONDITION`: a deterministic function of ``cov``.
+    A matrix falls back to the identity if it has a non-finite entry, is not positive
+    definite (after symmetrisation), or its correlation matrix has a condition number above
+    :data:`MAX_CONDITION` (scale-free: columns on very different scales whiten exactly, so
+    results stay equivariant to rescaling a column): a deterministic function of ``cov``.
 
     Parameters
     ----------
@@ -93,8 +94,13 @@ def whitening_factors(cov, usable=None):
     eye = np.broadcast_to(np.eye(d), (K, d, d))
     finite = np.all(np.isfinite(cov), axis=(1, 2))
     mats = symmetrize(np.where(finite[:, None, None], cov, eye))
-    ev = np.linalg.eigvalsh(mats)
-    fallback = ~finite | ~(ev[:, 0] > 0) | ~(ev[:, -1] <= MAX_CONDITION * ev[:, 0])
+    # conditioning of the correlation matrix: columns on scales 1 and 1e7 whiten exactly
+    # (Cholesky is equivariant to diagonal scaling), only near-collinearity does not
+    diag = np.diagonal(mats, axis1=1, axis2=2)
+    positive = np.all(diag > 0, axis=1)
+    inv_sd = 1.0 / np.sqrt(np.where(positive[:, None], diag, 1.0))
+    ev = np.linalg.eigvalsh(mats * inv_sd[:, :, None] * inv_sd[:, None, :])
+    fallback = ~finite | ~positive | ~(ev[:, 0] > 0) | ~(ev[:, -1] <= MAX_CONDITION * ev[:, 0])
     skip = fallback | (np.zeros(K, bool) if usable is None else ~usable)
     mats = np.where(skip[:, None, None], eye, mats)
     L = np.linalg.cholesky(mats)
