@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from ._grouping import label_codes, stable_order
+from ._grouping import group_rows, label_codes
 from ._validation import check_array_2d, check_positive, check_rng
 
 __all__ = [
@@ -114,9 +114,8 @@ class Federation:
         if inverse.size < 2 or bool(np.all(inverse[1:] >= inverse[:-1])):
             # rows already client by client: no permutation, no copy
             return cls(X, offsets, weights, allow_nan=allow_nan, check_input=check_input), np.arange(X.shape[0]), labels
-        order = stable_order(inverse, offsets)
-        # np.take gathers rows twice as fast as fancy indexing
-        return cls(np.take(X, order, axis=0), offsets, weights, allow_nan=allow_nan, check_input=False), order, labels
+        rows, order = group_rows(X, inverse, offsets)
+        return cls(rows, offsets, weights, allow_nan=allow_nan, check_input=False), order, labels
 
     @classmethod
     def from_clients(cls, arrays, weights="samples", *, allow_nan: bool = False):

@@ -1,6 +1,6 @@
 """Issue 15, set-up cost: the fast paths of a fit's set-up give what the slow ones gave.
 
-* grouping rows by label by counting = ``np.unique`` + stable ``argsort`` (any label kind);
+* grouping rows by label by counting and scattering = ``np.unique`` + stable ``argsort`` + gather;
 * the one-pass column ranges = ``np.nanmin`` / ``np.nanmax``;
 * the pooled variances = the diagonal of the pooled covariance;
 * a client's row sample is its own rows, evenly spread, and unbiased for its mean;
@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedemstats._grouping import label_codes, stable_order
+from fedemstats import _grouping as grouping
+from fedemstats._grouping import group_rows, label_codes
+from fedemstats import _ranges as ranges
 from fedemstats._ranges import column_ranges
 from fedemstats.algorithms import FedEM, VRFedEM
 from fedemstats.federation import Federation
@@ -45,7 +47,24 @@ def test_label_codes_and_order_match_unique_and_stable_argsort(dtype, data):
     np.testing.assert_array_equal(inverse, ref_inverse)
     np.testing.assert_array_equal(counts, np.bincount(ref_inverse))
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    np.testing.assert_array_equal(stable_order(inverse, offsets), np.argsort(ref_inverse, kind="stable"))
+    X = np.arange(3 * groups.size, dtype=np.float64).reshape(-1, 3)
+    rows, order = group_rows(X, inverse, offsets)
+    np.testing.assert_array_equal(order, np.argsort(ref_inverse, kind="stable"))
+    np.testing.assert_array_equal(rows, X[order])
+
+
+@pytest.mark.parametrize("n_clients", [1, 7, 5000])
+def test_group_rows_in_parallel_blocks_is_the_stable_client_order(monkeypatch, n_clients):
+    # several blocks write each client's slot in turn: the rows of a client keep their order
+    monkeypatch.setattr(grouping, "SCATTER_MIN_ROWS", 0)
+    rng = np.random.default_rng(n_clients)
+    inverse = rng.integers(n_clients, size=20_000)
+    counts = np.bincount(inverse, minlength=n_clients)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    X = rng.normal(size=(inverse.size, 4))
+    rows, order = group_rows(X, inverse, offsets)
+    np.testing.assert_array_equal(order, np.argsort(inverse, kind="stable"))
+    np.testing.assert_array_equal(rows, X[order])
 
 
 def test_huge_unsigned_labels_fall_back_to_unique():
@@ -91,6 +110,19 @@ def test_column_ranges_match_nanmin_nanmax(X):
             assert lo[j] == col.min() and hi[j] == col.max()
         else:
             assert lo[j] == np.inf and hi[j] == -np.inf
+
+
+def test_column_ranges_in_parallel_blocks_match_nanmin_nanmax(monkeypatch):
+    monkeypatch.setattr(ranges, "RANGE_MIN_ROWS", 0)  # 8 blocks on a small table
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1001, 4)) * [1.0, 1e6, 1e-6, 1.0]
+    X[rng.random(X.shape) < 0.2] = np.nan
+    X[:, 3] = np.nan  # a column without a value
+    X[1000, 0] = 50.0  # the extreme value in the last block
+    lo, hi = column_ranges(X)
+    np.testing.assert_array_equal(lo[:3], np.nanmin(X[:, :3], axis=0))
+    np.testing.assert_array_equal(hi[:3], np.nanmax(X[:, :3], axis=0))
+    assert hi[0] == 50.0 and lo[3] == np.inf and hi[3] == -np.inf
 
 
 def test_global_variances_are_the_diagonal_of_the_pooled_covariance():

@@ -28,3 +28,14 @@ def test_sum_log_norm_equals_the_sum_of_logs():
     ref = np.sum(mx) + np.sum(np.log(sm))
     assert abs(sum_log_norm(mx, sm, n) - ref) <= 1e-14 * np.sum(np.abs(mx) + np.log(sm))
     assert sum_log_norm(mx, sm, n - 1) == sum_log_norm(mx[:-1], sm[:-1], n - 1)  # n bounds the rows read
+
+
+def test_sum_log_norm_from_a_start_row_sums_only_rows_start_to_n():
+    # the clients that share a chunk each sum their own rows start <= t < n
+    rng = np.random.default_rng(2)
+    n = 7 * LOG_GROUP + 5
+    mx, sm = rng.normal(size=n) * 50, 1.0 + rng.random(n) * 99.0
+    for start in (1, LOG_GROUP - 1, 3 * LOG_GROUP + 2, n - 1):
+        ref = np.sum(mx[start:]) + np.sum(np.log(sm[start:]))
+        assert abs(sum_log_norm(mx, sm, n, start) - ref) <= 1e-14 * np.sum(np.abs(mx[start:]) + np.log(sm[start:]))
+    assert sum_log_norm(mx, sm, 5, 5) == 0.0  # no rows

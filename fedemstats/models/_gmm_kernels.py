@@ -45,8 +45,10 @@ PARALLEL_MIN_FLOPS = 1e7
 
 @njit(cache=True)
 def _load_chunk(X, r0, n, shift, xt):
-    for t in range(n):
-        for i in range(X.shape[1]):
+    # unsigned row index: numba's wraparound test of a signed r0 + t kept this copy scalar
+    r0 = np.uint64(r0)
+    for t in range(np.uint64(n)):
+        for i in range(np.uint64(X.shape[1])):
             xt[i, t] = X[r0 + t, i] - shift[i]
 
 

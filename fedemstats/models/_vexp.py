@@ -12,6 +12,8 @@ from math import factorial
 import numpy as np
 from numba import njit
 
+from ._gmm_tiles import FAST_SUMS
+
 __all__ = ["exp_shifted", "sum_log_norm", "EXP_MIN", "LOG_GROUP"]
 
 #: exp: log2(e), ln 2 in two parts (fdlibm's; k * LN2_HI is exact for |k| < 2^20), the
@@ -49,17 +51,19 @@ def exp_shifted(lp, mx, n, bits, out):
         out[t] = out[t] * scale[t] if lp[t] - mx[t] >= EXP_MIN else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST_SUMS)
 def sum_log_norm(mx, sm, n, start=0):
     """sum_t (mx[t] + log sm[t]) over rows start <= t < n with one log per LOG_GROUP rows:
     sm[t] is in [1, K], so a product of LOG_GROUP of them cannot overflow, and a log costs
     ten multiply-adds. ``start`` lets a chunk holding several clients sum each one's rows."""
+    # unsigned bounds and reassociated sums: a signed start kept both loops scalar
+    start, n = np.uint64(start), np.uint64(n)
     total = 0.0
     for t in range(start, n):
         total += mx[t]
-    for t0 in range(start, n, LOG_GROUP):
+    for t0 in range(start, n, np.uint64(LOG_GROUP)):
         p = 1.0
-        for t in range(t0, min(n, t0 + LOG_GROUP)):
+        for t in range(t0, min(n, t0 + np.uint64(LOG_GROUP))):
             p *= sm[t]
         total += np.log(p)
     return total
