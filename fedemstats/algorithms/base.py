@@ -3,7 +3,7 @@
 Algorithms never see raw rows: they ask a model for client statistics on a
 federation and move in statistic space (SPEC §1, §3). :class:`Algorithm` owns the
 settings common to FedEM and VR-FedEM (compressor, participation, step size, memory
-step α, geometry, safeguard), round 0 (Ŝ_0 and the memories V_{0,i}), the server half
+step α, geometry, safeguard), round 0 (:class:`.start.RoundZero`: Ŝ_0 and the memories V_{0,i}), the server half
 of a round (:meth:`Algorithm.server_step`: direction, step rule, safeguard, convergence
 test) and the driver: :meth:`Algorithm.start` returns an :class:`AlgorithmRun` that
 steps one round at a time, and :meth:`Algorithm.run` steps it until ``n_rounds`` or
@@ -18,12 +18,13 @@ import numpy as np
 
 from .._validation import check_int, check_positive, check_rng
 from ..compression import make_compressor
-from ..ledger import FLOAT64_BITS, BitLedger
+from ..ledger import BitLedger
 from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast
 from .controller import StepController
 from .server import check_iterate, direction
+from .start import V_INIT_CHOICES, RoundZero
 from .history import History
 from .state import ENTROPY_BOUND, AlgorithmRun, AlgorithmState, FitResult, draw_entropy
 from .step_size import THEORY_ROW_VARIANCE, StepSize, effective_omega, make_step_size, theory_step_size
@@ -33,10 +34,7 @@ __all__ = ["Algorithm", "AlgorithmRun", "AlgorithmState", "FitResult", "draw_ent
 
 logger = logging.getLogger(__name__)
 
-V_INIT_CHOICES = ("mean-field", "zero")
-
-
-class Algorithm:
+class Algorithm(RoundZero):
     """Base of the expectation-space algorithms (FedEM, VR-FedEM).
 
     Parameters
@@ -70,8 +68,6 @@ class Algorithm:
     ``type(algo)(**algo.get_params())`` builds the same algorithm.
     """
 
-    #: V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0 ("mean-field", Theorem 1's choice) or 0 ("zero")
-    v_init = "mean-field"
     #: rows per client per round; None = exact local means (FedEM and VR-FedEM set it)
     batch_size = None
 
@@ -150,85 +146,6 @@ class Algorithm:
     def h_norm2(self, federation, s_hat) -> float:
         """||h(Ŝ)||² if ``track_h`` (a full diagnostic pass), else NaN."""
         return self.model.mean_field_norm2(federation, s_hat) if self.track_h else np.nan
-
-    # ------------------------------------------------------------------ round 0
-    def mean_field_pass(self, n_clients) -> bool:
-        """Whether round 0 makes the mean-field pass for V_{0,i}: ``v_init="mean-field"`` and a
-        noisy run. Exact EM (lossless both ways, every client, full batches) has
-        H = V + Σ w_i (s̄_i − Ŝ − V_i) = Σ w_i s̄_i − Ŝ whatever the memories, and T(Ŝ_0) is
-        θ_1, whose statistics round 1 computes anyway: the pass would be a duplicate E-step."""
-        return self.v_init == "mean-field" and self.stochastic(n_clients)
-
-    def mean_field_point(self, stats0, weights):
-        """T(Ŝ_0), where clients upload exact statistics again for mean-field memories;
-        ``None`` when :meth:`mean_field_pass` is False."""
-        return self.model.t_map(weights @ stats0) if self.mean_field_pass(weights.shape[0]) else None
-
-    def initial_state(self, upload0, upload1, weights, entropy):
-        """Round 0 (SPEC §3) from the clients' exact uploads; pure.
-
-        Parameters
-        ----------
-        upload0 : tuple (stats (n, q), loglik (n,))
-            Every client's exact local mean statistic s̄_i(θ_0) and log-likelihood.
-        upload1 : tuple (stats (n, q), loglik (n,)) or None
-            The same at :meth:`mean_field_point` (``v_init="mean-field"``), else None.
-        weights : ndarray of shape (n,)
-            Client weights w_i.
-        entropy : int
-            Public seed of the client streams (:func:`draw_entropy`).
-
-        Returns
-        -------
-        state : AlgorithmState
-            Ŝ_0 = Σ w_i s̄_i(θ_0), V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0 (or 0), V_0 = Σ w_i V_{0,i};
-            ``extra`` keeps the mean-field upload (VR-FedEM's workers start from it).
-        loglik : float
-            Σ w_i loglik_i(θ_0).
-        """
-        stats0, loglik0 = upload0
-        s_hat = weights @ stats0
-        if upload1 is None:
-            v_clients, extra = np.zeros_like(stats0), {}
-        else:
-            stats1, loglik1 = upload1
-            v_clients = stats1 - s_hat[None, :]
-            extra = {"mean_field_stats": stats1, "mean_field_loglik_clients": np.asarray(loglik1, dtype=float)}
-        state = AlgorithmState(s_hat=s_hat, v=weights @ v_clients, v_clients=v_clients, entropy=int(entropy),
-                               extra=extra, scale=float(np.max(np.abs(s_hat))))
-        # the rounds' log-likelihood memories start from the clients' last exact report
-        last = loglik0 if upload1 is None else upload1[1]
-        state.control = self.controller(weights.shape[0]).start(last)
-        state.downlink = self.broadcast.start(weights.shape[0], everyone_has_s0=upload1 is not None)
-        return state, float(weights @ loglik0)
-
-    def round_zero(self, client_stats, theta0, weights, entropy):
-        """Round 0 through ``client_stats(theta) -> (stats (n, q), loglik (n,))``, every
-        client's exact upload (an in-process pass or the nodes of a framework).
-
-        Returns
-        -------
-        state, loglik
-            As :meth:`initial_state`.
-        """
-        upload0 = client_stats(theta0)
-        point = self.mean_field_point(upload0[0], weights)
-        return self.initial_state(upload0, None if point is None else client_stats(point), weights, entropy)
-
-    def init_state(self, federation, theta0, rng, ledger, history):
-        """Round 0 in process, with its bits in ``ledger`` and its row in ``history``."""
-        model, n, q = self.model, federation.n_clients, self.model.q
-        state, loglik = self.round_zero(lambda theta: model.client_stats(federation, theta), theta0,
-                                        federation.weights, draw_entropy(rng))
-        # the mean-field pass costs one more uncompressed upload and a broadcast of Ŝ_0
-        extra_pass = int(self.mean_field_pass(n))
-        uplink = n * (q + 1) * FLOAT64_BITS + extra_pass * n * q * FLOAT64_BITS
-        downlink = n * model.n_parameters(theta0) * FLOAT64_BITS + extra_pass * n * q * FLOAT64_BITS
-        ledger.record(0, uplink, downlink, n)
-        history.append(round=0, loglik=loglik, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
-                       step_size=np.nan, h_norm2=self.h_norm2(federation, state.s_hat),
-                       n_cond_exp=(1 + extra_pass) * federation.n_rows)
-        return state
 
     # ------------------------------------------------------------------ server half
     def server_step(self, state, weights, active, pi, sums, loglik, noise, geometries, alpha, tol=None,

@@ -11,16 +11,12 @@ import numpy as np
 from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from .base import V_INIT_CHOICES, Algorithm, draw_entropy
-from .server import (DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update, server_update,
-                     weighted_sums)
+from .server import (CHUNK_ENTRIES, DIVERGENCE_GROWTH, DivergenceError, check_iterate, client_update, memory_update,
+                     server_update, weighted_sums)
 from .streams import round_streams
 
 __all__ = ["FedEM", "client_update", "server_update", "memory_update", "draw_entropy", "V_INIT_CHOICES",
            "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES", "weighted_sums"]
-
-#: Statistic entries (clients × q) a round simulates at once: bounds its temporaries to a
-#: few arrays of 32 MiB, whatever the number of clients (:meth:`FedEM.client_half`).
-CHUNK_ENTRIES = 1 << 22
 
 
 class FedEM(Algorithm):
@@ -34,9 +30,10 @@ class FedEM(Algorithm):
         γ_k. ``"auto"`` is 1 for exact EM and adapts to the measured noise otherwise
         (:mod:`.controller`); ``"theory"`` is Theorem 1's rule.
     v_init : {"mean-field", "zero"}, default="mean-field"
-        ``"mean-field"`` sets V_{0,i} = s̄_i(T(Ŝ_0)) - Ŝ_0 (one uncompressed
-        upload; skipped for exact EM, where the memories cancel); ``"zero"`` with
-        ``alpha=0`` is naive compressed EM.
+        ``"mean-field"`` sets V_{0,i} = s̄_i(T(Ŝ_0)) - Ŝ_0 (a second upload; skipped for
+        exact EM, where the memories cancel; with a lossy compressor in the model's
+        geometry round 0's transfers are dithered at 1024 levels instead of float64,
+        :mod:`.start`); ``"zero"`` with ``alpha=0`` is naive compressed EM.
     batch_size : int, optional
         Rows per client per round; ``None`` uses exact local means.
     precondition : bool, default=True

@@ -10,7 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["client_update", "server_update", "direction", "weighted_sums", "memory_update", "decode_messages",
-           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH"]
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES"]
+
+#: Statistic entries (clients × q) a simulated client half handles at once: bounds its
+#: temporaries to a few arrays of 32 MiB, whatever the number of clients
+#: (:meth:`.fedem.FedEM.client_half`, the quantised start of :mod:`.start`).
+CHUNK_ENTRIES = 1 << 22
 
 #: Ŝ growing beyond this factor of its initial magnitude means the iterates have left any
 #: sensible range (statistics are means of data-scale quantities). Relative, so that the

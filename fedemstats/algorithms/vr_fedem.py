@@ -80,6 +80,9 @@ class VRFedEM(Algorithm):
         self.batch_size = batch_size
 
     # ------------------------------------------------------------------ setup
+    #: Algorithm 2's workers start from the exact mean-field statistics (``extra``)
+    quantise_start = False
+
     def mean_field_pass(self, n_clients) -> bool:
         """Always: Algorithm 2 starts its workers' local statistics from the pass."""
         return True

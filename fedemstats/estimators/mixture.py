@@ -65,7 +65,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Memory step; default ``1 / (1 + ω)``.
     v_init : {"mean-field", "zero"}, default="mean-field"
         Initial client memories (:class:`~fedemstats.algorithms.FedEM`); exact EM skips the
-        mean-field pass, whose memories cancel there.
+        mean-field pass, whose memories cancel there; a lossy compressor quantises round 0's
+        transfers at 1024 levels (``docs/fedem.md``, round 0).
     batch_size : int, optional
         Rows per client per round (stochastic FedEM, VR-FedEM, online EM); ``None`` is
         exact local means (VR-FedEM: Theorem 3's ``ceil(k_in / (1 + ω)²)``).

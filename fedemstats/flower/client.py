@@ -25,7 +25,8 @@ from ..models._summaries import client_moments
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
 from .node_state import NO_ROUND, NodeState, load_state, save_state
-from .records import compressed_to_records, from_array_record, params_from_records, to_array_record
+from .records import (compressed_from_records, compressed_to_records, from_array_record, params_from_records,
+                      to_array_record)
 from .updates import updates_from_records
 
 __all__ = ["make_client_app", "load_csv_partition", "partition_id_of", "MIN_ROWS"]
@@ -113,13 +114,19 @@ class _Node:
                       metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": int(sizes[0])})
 
     def stats(self, message: Message, context: Context) -> Message:
-        """Exact local mean statistic s̄_i(θ) (uncompressed, round 0): at the θ sent, or at
+        """Round 0 (:mod:`fedemstats.algorithms.start`). Exact: s̄_i(θ) at the θ sent, or at
         T(Ŝ_0) for the mean-field pass, which also starts the node's state (Ŝ_0 and
-        V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes)."""
+        V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes). Quantised
+        (config ``start``): s̄_i(θ_0) − E_θ0[s] dithered (``upload``), or, from the server's
+        broadcast of Ŝ_0, s̄_i(T(Ŝ_0)) − Ŝ_0 dithered (``mean-field``), whose decoded value
+        is V_{0,i}; the node keeps Ŝ_0 and V_{0,i}."""
         config = message.content[P.CONFIG]
         self._check_partition(config, context)
         model, fed = self._model_and_federation(message, context)
         arrays = from_array_record(message.content[P.ARRAYS])
+        metrics = {P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows}
+        if "start" in config:
+            return self._quantised_stats(message, context, model, fed, metrics)
         if "s_hat" in arrays:
             s_hat = arrays["s_hat"]
             stats, loglik = model.client_stats(fed, model.t_map(s_hat))
@@ -127,9 +134,29 @@ class _Node:
         else:
             theta = params_from_records(message.content[P.PARAMS], message.content[P.PARAMS_META])
             stats, loglik = model.client_stats(fed, theta)
-        return _reply(message, arrays={"stats": stats[0]},
-                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
-                               "loglik": float(loglik[0])})
+        return _reply(message, arrays={"stats": stats[0]}, metrics={**metrics, "loglik": float(loglik[0])})
+
+    def _quantised_stats(self, message, context, model, fed, metrics):
+        config, content = message.content[P.CONFIG], message.content
+        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]),
+                     downlink_compressor=str(config["downlink"]))
+        entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
+        theta0 = params_from_records(content[P.PARAMS], content[P.PARAMS_META])
+        a0, geometry0 = algo.start_point(theta0)
+        if transfer == "upload":
+            stats, loglik = model.client_stats(fed, theta0)
+            compressed, _ = algo.start_upload(stats, a0, geometry0, entropy, client, "upload")
+        else:
+            s0 = algo.received_start(a0, geometry0, compressed_from_records(content[P.PAYLOAD],
+                                                                            content[P.PAYLOAD_META]))
+            theta1 = model.t_map(s0)
+            stats, loglik = model.client_stats(fed, theta1)
+            compressed, q_rows = algo.start_upload(stats, s0, model.geometry(theta1, s0), entropy, client,
+                                                   "mean-field")
+            save_state(context, NodeState(entropy, 0, s0, q_rows[0]))
+        payload, payload_meta = compressed_to_records(compressed)
+        return _reply(message, metrics={**metrics, "loglik": float(loglik[0])},
+                      **{P.PAYLOAD: payload, P.PAYLOAD_META: payload_meta})
 
     def train(self, message: Message, context: Context) -> Message:
         """One FedEM round: bring Ŝ up to date, S_i at T(Ŝ_k), q_i = P⁻¹ Quant(P Δ_i) via

@@ -8,9 +8,12 @@ Message types (``<category>.<action>`` as Flower routes them):
     weights ``m_i / N`` and θ_0. Sent once per node (again for a node that
     (re)appears with a new node id).
 ``train.stats``
-    Server sends θ (round 0: Ŝ_0) or Ŝ_0 itself (the mean-field pass, which also
-    starts the node's state); node replies with its exact local mean statistic
-    s̄_i (uncompressed).
+    Round 0 (``fedemstats.algorithms.start``). Server sends θ_0, or Ŝ_0 itself (the
+    mean-field pass, which also starts the node's state); node replies with its exact
+    local mean statistic s̄_i (uncompressed). In the quantised start (config ``start``)
+    the node replies with s̄_i(θ_0) − E_θ0[s] dithered (``upload``), then, sent θ_0 and
+    the dithered broadcast of Ŝ_0 (``mean-field``), with s̄_i(T(Ŝ_0)) − Ŝ_0 dithered; it
+    keeps Ŝ_0 and the decoded value as V_{0,i}.
 ``train``
     One FedEM round: server sends the broadcast updates the node missed (or the
     full Ŝ_k, and V_i to a node that lost its state) and the round config; node
@@ -34,7 +37,7 @@ SPEC = "spec"              # ConfigRecord: the problem's public spec
 ARRAYS = "arrays"          # ArrayRecord: shift, s_hat, v (instruction) / stats, mean, scatter (reply)
 PARAMS = "params"          # ArrayRecord: arrays of θ (train.stats)
 PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
-PAYLOAD = "payload"        # ArrayRecord: compact compressed Δ_i
+PAYLOAD = "payload"        # ArrayRecord: compact compressed Δ_i (round 0: the broadcast of Ŝ_0, or a dithered upload)
 PAYLOAD_META = "payload-meta"  # ConfigRecord: codec, n_rows, q and codec meta
 METRICS = "metrics"        # MetricRecord: partition-id, n-rows, loglik
 UPDATES = "updates"        # ArrayRecord: the broadcast updates base+1 ... k (flower/updates.py)

@@ -1,0 +1,116 @@
+"""Issue 12, round 0: the quantised mean-field start (``fedemstats.algorithms.start``).
+
+* it costs a fraction of the float64 start's bits, and the ledger holds exactly its transfers;
+* Ŝ_0 and V_{0,i} are the decoded broadcast and mean-field uploads, recomputed from the
+  public functions a node uses (a client reproduces them alone), and V = Σ w_i V_{0,i};
+* it follows the float64 start's log-likelihood trajectory within 1e-3 nats per row;
+* lossless runs, raw coordinates and VR-FedEM keep the float64 start.
+"""
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes
+from sklearn.preprocessing import StandardScaler
+
+from fedemstats.algorithms import FedEM, VRFedEM
+from fedemstats.algorithms.start import ROUND0_LEVELS, round0_compressor
+from fedemstats.federation import Federation, partition_iid
+from fedemstats.ledger import FLOAT64_BITS
+from fedemstats.models.gmm import GaussianMixtureModel
+from fedemstats.models.gmm_init import init_params
+
+
+class _Float64Start(FedEM):
+    """FedEM with today's float64 mean-field start."""
+
+    quantise_start = False
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X = StandardScaler().fit_transform(load_diabetes().data)  # s1 and s2 correlate at 0.90
+    fed = Federation.from_groups(X, partition_iid(X.shape[0], 20, random_state=0))[0]
+    model = GaussianMixtureModel(3, X.shape[1], shift=X.mean(0))
+    return fed, model, init_params(fed, model, "kmeans", np.random.default_rng(0))
+
+
+def test_quantised_start_costs_a_fraction_and_the_ledger_holds_its_transfers(problem):
+    fed, model, theta0 = problem
+    n, q = fed.n_clients, model.q
+    algo = FedEM(model, compressor="dither:s=4")
+    assert algo.quantised_start(n)
+    run = algo.start(fed, theta0, random_state=0)
+    # the three transfers, rebuilt from the public functions with the run's entropy
+    a0, g0 = algo.start_point(theta0)
+    m0, q0 = algo.start_upload(model.client_stats(fed, theta0)[0], a0, g0, run.state.entropy, np.arange(n), "upload")
+    mb, s0 = algo.start_broadcast(a0, g0, q0, fed.weights, run.state.entropy)
+    theta1 = model.t_map(s0)
+    m1, _ = algo.start_upload(model.client_stats(fed, theta1)[0], s0, model.geometry(theta1, s0),
+                              run.state.entropy, np.arange(n), "mean-field")
+    comp = round0_compressor()
+    row = run.history.iloc[0]
+    assert row["uplink_bits"] == comp.bits(m0) + comp.bits(m1) + 2 * n * FLOAT64_BITS
+    assert row["downlink_bits"] == n * model.n_parameters(theta0) * FLOAT64_BITS + n * comp.bits(mb)
+    assert row["n_cond_exp"] == 2 * fed.n_rows
+    float64 = _Float64Start(model, compressor="dither:s=4").start(fed, theta0, random_state=0).history.iloc[0]
+    assert float64["uplink_bits"] == n * (q + 1) * FLOAT64_BITS + n * q * FLOAT64_BITS
+    assert row["uplink_bits"] < 0.25 * float64["uplink_bits"]
+    # the broadcast of Ŝ_0 shrinks as much; θ_0 still goes out in float64 (exact EM's start too)
+    assert row["downlink_bits"] - n * model.n_parameters(theta0) * FLOAT64_BITS < 0.25 * n * q * FLOAT64_BITS
+
+
+def test_quantised_start_state_is_what_every_client_decodes(problem):
+    fed, model, theta0 = problem
+    n = fed.n_clients
+    algo = FedEM(model, compressor="dither:s=4", participation=0.5)
+    state = algo.start(fed, theta0, random_state=3).state
+    a0, g0 = algo.start_point(theta0)
+    np.testing.assert_allclose(model.t_map(a0).means, theta0.means, atol=1e-12)  # T(E_θ0[s]) = θ_0
+    stats0 = model.client_stats(fed, theta0)[0]
+    _, q0 = algo.start_upload(stats0, a0, g0, state.entropy, np.arange(n), "upload")
+    message, s0 = algo.start_broadcast(a0, g0, q0, fed.weights, state.entropy)
+    assert np.array_equal(state.s_hat, s0)
+    assert np.array_equal(algo.received_start(a0, g0, message), s0)  # a client decodes the same Ŝ_0
+    # client 7 alone reproduces its memory from its own stream
+    theta1 = model.t_map(s0)
+    stats7 = model.client_stats(fed, theta1, np.array([7]))[0]
+    _, v7 = algo.start_upload(stats7, s0, model.geometry(theta1, s0), state.entropy, np.array([7]), "mean-field")
+    np.testing.assert_allclose(state.v_clients[7], v7[0], rtol=0, atol=1e-14 * np.abs(s0).max())
+    np.testing.assert_allclose(state.v, fed.weights @ state.v_clients, rtol=0, atol=1e-15)
+    # Ŝ_0 is the exact EM statistic to the dithering's precision, measured in the geometry:
+    # the error of the mean and of the broadcast against the clients' deviations from a_0
+    exact = fed.weights @ stats0
+    err = np.linalg.norm(g0.forward((s0 - exact)[None, :]))
+    spread = np.sqrt(fed.weights @ np.sum(g0.forward(stats0 - a0) ** 2, axis=1))
+    assert 0.0 < err < 20.0 / ROUND0_LEVELS * spread, (err, spread)
+
+
+@pytest.mark.parametrize("participation", [1.0, 0.5])
+def test_quantised_start_begins_where_the_float64_start_begins(problem, participation):
+    # the log-likelihood at θ_0 and at θ_1 = T(Ŝ_0) (the history's rows 0 and 1) is the start's
+    # doing; from round 1's step on, γ follows the messages' noise (zero after the float64
+    # start, whose first messages are exact zeros) and the paths are two noisy paths of
+    # dither:s=4: that both reach exact EM's solution is test_compressed_real_data's
+    fed, model, theta0 = problem
+    kw = dict(compressor="dither:s=4", participation=participation)
+    quantised = FedEM(model, **kw).run(fed, theta0, 1, random_state=1)
+    float64 = _Float64Start(model, **kw).run(fed, theta0, 1, random_state=1)
+    ll_q, ll_f = quantised.history["loglik"].to_numpy(), float64.history["loglik"].to_numpy()
+    assert ll_q[0] == ll_f[0]
+    assert abs(ll_q[1] - ll_f[1]) < 1e-4, (ll_q, ll_f)
+    assert quantised.ledger.total < 0.6 * float64.ledger.total
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: FedEM(m, participation=0.5),  # lossless uplink: every transfer stays exact
+    lambda m: FedEM(m, compressor="dither:s=4", precondition=False),  # raw coordinates: the collapse of issue 11
+    lambda m: FedEM(m),  # exact EM: no mean-field pass at all
+    lambda m: VRFedEM(m, compressor="dither:s=4", batch_size="full"),  # its workers need exact statistics
+])
+def test_other_runs_keep_the_float64_start(problem, make):
+    fed, model, theta0 = problem
+    algo = make(model)
+    assert not algo.quantised_start(fed.n_clients)
+    row = algo.start(fed, theta0, random_state=0).history.iloc[0]
+    passes = 1 + int(algo.mean_field_pass(fed.n_clients))
+    n, q = fed.n_clients, model.q
+    assert row["uplink_bits"] == n * (q + 1) * FLOAT64_BITS + (passes - 1) * n * q * FLOAT64_BITS
