@@ -40,8 +40,8 @@ def _exact(X, seed):
 #: 13 / 40 (quantised start); the one-norm reproducer, 13 / 20 and 10 / 20. The others say
 #: converged_ 0.005-0.045 below it (or up to 0.025 above it), and exact EM started from some of those
 #: ends still climbs by up to 0.01 (float64) / 0.02 (quantised): early stops, with either start.
-#: Every stream converged_ with no collapse (smallest weight 0.038). Seeds 0, 2, 3, 4 at p = 0.5:
-#: 10 / 10 streams with either start. The one stream each test used to run passed by that stream's
+#: Every stream converged_; no default run collapsed (smallest weight 0.038). Defaults at p = 0.5,
+#: seeds 0, 2, 3, 4: 10 / 10 streams with either start. The one stream each test used to run passed by that stream's
 #: luck (a test that may fail or not proves nothing); these cases stay in the collapse tests and
 #: are tested for converged_ and no collapse, what holds on every stream.
 KNOWN_BASIN = (("default", 1, 0.5), ("one-norm", 1, 1.0))
