@@ -151,8 +151,9 @@ class RoundZero:
     def start_broadcast(self, a0, geometry, q0, weights, entropy):
         """Server half after the upload at θ_0: the broadcast of Ŝ_0, ``(message, Ŝ_0)``."""
         target = a0 + weights @ q0
-        message, _ = self.start_upload(target[None, :], a0, geometry, entropy, [0], "broadcast")
-        return message, self.received_start(a0, geometry, message)
+        # the upload's own decoding is the one every client makes (:meth:`received_start`)
+        message, decoded = self.start_upload(target[None, :], a0, geometry, entropy, [0], "broadcast")
+        return message, a0 + decoded[0]
 
     @staticmethod
     def received_start(a0, geometry, message):

@@ -81,6 +81,12 @@ def _reply(message, arrays=None, metrics=None, **records) -> Message:
     return Message(content, reply_to=message)
 
 
+def _algorithm(model, config) -> FedEM:
+    """The run's FedEM on this node, from the instruction's config (compressor, geometry, downlink)."""
+    return FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]),
+                 downlink_compressor=str(config["downlink"]))
+
+
 class _Node:
     """The handlers of one ClientApp, bound to a problem type and a data loader."""
 
@@ -138,8 +144,7 @@ class _Node:
 
     def _quantised_stats(self, message, context, model, fed, metrics):
         config, content = message.content[P.CONFIG], message.content
-        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]),
-                     downlink_compressor=str(config["downlink"]))
+        algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
         theta0 = params_from_records(content[P.PARAMS], content[P.PARAMS_META])
         a0, geometry0 = algo.start_point(theta0)
@@ -164,8 +169,7 @@ class _Node:
         config = message.content[P.CONFIG]
         self._check_partition(config, context)
         model, fed = self._model_and_federation(message, context)
-        algo = FedEM(model, compressor=str(config["compressor"]), precondition=bool(config["precondition"]),
-                     downlink_compressor=str(config["downlink"]))
+        algo = _algorithm(model, config)
         node = self._updated_state(message.content, context, algo)
         theta = model.t_map(node.s_hat)
         stats, loglik = model.client_stats(fed, theta)
