@@ -128,19 +128,34 @@ def _bitstring_to_bytes(bits):
     return bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
 
 
-def _reference_dither_payload(norms32, levels, s, elias):
-    code = ""
-    for lev in levels:
-        if elias:
-            v = abs(int(lev)) + 1
-            code += "0" * (v.bit_length() - 1) + format(v, "b") + ("" if lev == 0 else str(int(lev < 0)))
-        else:
-            code += format(lev + s, f"0{(2 * s).bit_length()}b")
+def _sign(lev):
+    return "" if lev == 0 else str(int(lev < 0))
+
+
+def _reference_rice(levels):
+    """Every parameter k in 0..31 tried; the shortest code wins (the smallest k on a tie)."""
+    def code(k):
+        return format(k, "05b") + "".join(
+            "0" * (abs(int(lev)) >> k) + "1" + (format(abs(int(lev)) & ((1 << k) - 1), f"0{k}b") if k else "")
+            + _sign(lev) for lev in levels)
+    return min((code(k) for k in range(32)), key=len)
+
+
+def _reference_dither_payload(norms32, levels, s, coding):
+    if coding == "rice":
+        code = _reference_rice(levels)
+    elif coding == "elias":
+        code = "".join("0" * ((abs(int(lev)) + 1).bit_length() - 1) + format(abs(int(lev)) + 1, "b") + _sign(lev)
+                       for lev in levels)
+    else:
+        code = "".join(format(lev + s, f"0{(2 * s).bit_length()}b") for lev in levels)
     return norms32.astype("<f4").tobytes() + _bitstring_to_bytes(code), 32 * norms32.size + len(code)
 
 
 @pytest.mark.parametrize("comp", [RandomDithering(s=3, per_block=False), RandomDithering(s=4, per_block=True),
-                                  RandomDithering(s=2, coding="elias"),
+                                  RandomDithering(s=3, per_block=False, coding="fixed"),
+                                  RandomDithering(s=4, per_block=True, coding="fixed"),
+                                  RandomDithering(s=1024), RandomDithering(s=2, coding="elias"),
                                   RandomDithering(s=5, r=np.inf, per_block=True, coding="elias")],
                          ids=repr)
 def test_dither_bytes_match_reference_encoder(comp):
@@ -152,7 +167,7 @@ def test_dither_bytes_match_reference_encoder(comp):
     levels = np.rint(np.divide(y * comp.s, scale, out=np.zeros_like(y), where=scale > 0)).astype(int)
     payloads, bits = comp.encode(msg), comp.row_bits(msg)
     for i in range(x.shape[0]):
-        ref, ref_bits = _reference_dither_payload(norms[i], levels[i], comp.s, comp.coding == "elias")
+        ref, ref_bits = _reference_dither_payload(norms[i], levels[i], comp.s, comp.coding)
         assert payloads[i] == ref and bits[i] == ref_bits
 
 
@@ -225,7 +240,7 @@ def test_dither_s4_saves_tenfold_over_float64(q):
 
 def test_elias_is_shorter_when_levels_are_mostly_zero():
     x = np.random.default_rng(0).normal(size=(2, 10_000))
-    fixed, elias = RandomDithering(s=1), RandomDithering(s=1, coding="elias")
+    fixed, elias = RandomDithering(s=1, coding="fixed"), RandomDithering(s=1, coding="elias")
     bits_fixed = fixed.bits(fixed.compress(x, np.random.default_rng(1)))
     bits_elias = elias.bits(elias.compress(x, np.random.default_rng(1)))
     assert bits_elias < 0.75 * bits_fixed  # ~0.8% non-zero levels: ~1.03 vs 2 bits
@@ -296,7 +311,7 @@ def test_bad_parameters_raise(factory, match):
 
 
 @pytest.mark.parametrize("spec, cls, attrs", [
-    ("dither:s=4", RandomDithering, {"s": 4, "r": 2.0, "per_block": True, "coding": "fixed"}),
+    ("dither:s=4", RandomDithering, {"s": 4, "r": 2.0, "per_block": True, "coding": "rice"}),
     ("dither:s=4,per_block=false", RandomDithering, {"per_block": False}),
     ("dither:s=4,r=inf", RandomDithering, {"s": 4, "r": np.inf}),
     ("dither:s=2,per_block=true,coding=elias", RandomDithering, {"per_block": True, "coding": "elias"}),

@@ -53,7 +53,7 @@ pytestmark = pytest.mark.skipif(not tools_installed(),
 POISON = {(2, 1): "nan", (2, 3): "blow-up", (2, 5): "wrong-length",
           (3, 3): "wrong-length", (3, 5): "nan", (4, 1): "blow-up"}
 #: the refusal reason each fault must be logged with (fedemstats.flower.validation)
-REASON = {"nan": "NaN", "blow-up": "median", "wrong-length": "shape"}
+REASON = {"nan": "NaN", "blow-up": "median", "wrong-length": "length"}
 
 #: run config (keys of [tool.flwr.app.config] in tests/flower_poison_app)
 RUN_CONFIG = {"num-rounds": N_ROUNDS, "compressor": "dither:s=4", "participation": 1.0, "step-size": 0.5,

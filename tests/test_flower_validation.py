@@ -67,7 +67,8 @@ def _with_array(content, name, fn):
     return content
 
 
-@pytest.mark.parametrize("spec", ["identity", "dither:s=4", "dither:s=4,coding=elias", "dither:s=3,r=inf",
+@pytest.mark.parametrize("spec", ["identity", "dither:s=4", "dither:s=4,coding=fixed", "dither:s=4,coding=elias",
+                                  "dither:s=3,r=inf",
                                   "blockp:p=2", "randk:k=5"])
 def test_honest_reply_is_accepted(spec):
     comp, msg = _honest(spec)
@@ -95,10 +96,14 @@ BAD_PAYLOADS = {
     "nan-norm": ("dither:s=4", "norms", _nan_first, "NaN"),
     "inf-value": ("identity", "values", _set_first(np.inf), "NaN or inf"),
     "negative-norm": ("dither:s=4", "norms", lambda a: -a, "negative"),
-    "short-codes": ("dither:s=4", "codes", lambda a: a[:, :-1], "shape"),
+    "short-codes": ("dither:s=4,coding=fixed", "codes", lambda a: a[:, :-1], "shape"),
+    "short-rice": ("dither:s=4", "codes", lambda a: a[:, :-1], "length"),
+    "long-rice": ("dither:s=4", "codes", lambda a: np.hstack([a, a[:, :1]]), "length"),
+    "rice-code-bits": ("dither:s=4", "code_bits", lambda a: a + 1, "length"),
     "long-values": ("identity", "values", lambda a: np.hstack([a, a[:, :1]]), "shape"),
     "float32-values": ("identity", "values", lambda a: a.astype(np.float32), "dtype"),
-    "level-above-s": ("dither:s=4", "codes", lambda a: np.full_like(a, 0xFF), "level"),
+    "level-above-s": ("dither:s=4,coding=fixed", "codes", lambda a: np.full_like(a, 0xFF), "level"),
+    "rice-level-above-s": ("dither:s=4", "codes", lambda a: np.full_like(a, 0xFF), "level above s"),
     "bad-base3-byte": ("blockp:p=2", "codes", lambda a: np.full_like(a, 250), "base-3"),
     "truncated-elias": ("dither:s=4,coding=elias", "codes", lambda a: a[:, :1], "Elias"),
     "nan-randk": ("randk:k=5", "values", _nan_first, "NaN"),
@@ -219,7 +224,7 @@ def test_poisoned_replies_are_dropped_logged_and_match_absent_clients(tmp_path, 
                 if r.name.startswith("fedemstats.flower") and "refused" in r.getMessage()]
     assert any("partition 2 refused" in m and "NaN" in m for m in refusals), refusals
     assert any("partition 5 refused" in m and "median" in m for m in refusals), refusals
-    assert any("partition 7 refused" in m and "shape" in m for m in refusals), refusals
+    assert any("partition 7 refused" in m and "length" in m for m in refusals), refusals
     assert len(refusals) == len(POISON)
     reference = reference_run(parts, GMMProblem(2), POISON_SETTINGS, absent=absent)
     diffs = max_abs_difference(result, reference)

@@ -1,7 +1,8 @@
 """Wire-format helpers shared by the compressors (SPEC §6).
 
-Bit packing (fixed width and Elias-gamma, most significant bit first), block
-norms sent as float32 rounded *up*, block-boundary checks, and the conversion of
+Bit packing (fixed width, most significant bit first; the variable-length level codes
+are in :mod:`._codes`), block norms sent as float32 rounded *up*, block-boundary
+checks, and the conversion of
 a :class:`~fedemstats.compression.base.Message` to and from a pair
 ``(arrays, meta)`` that a framework such as Flower can carry
 (``ArrayRecord`` + ``ConfigRecord``).
@@ -19,9 +20,8 @@ from .base import Message
 
 __all__ = [
     "MAX_CODE_WIDTH", "NORM_BITS", "check_blocks", "split_blocks", "block_norms", "float32_norms_up",
-    "fixed_width", "pack_fixed", "unpack_fixed", "elias_row_bits", "pack_elias",
-    "unpack_elias", "expand_scale", "norm_bytes", "split_norms", "stack_padded", "message_to_record",
-    "message_from_record",
+    "fixed_width", "pack_fixed", "unpack_fixed", "expand_scale", "norm_bytes", "split_norms", "stack_padded",
+    "message_to_record", "message_from_record",
 ]
 
 #: largest number of bits written by one call of the bit writer (see module docstring)
@@ -210,99 +210,6 @@ def unpack_fixed(packed, q: int, width: int) -> np.ndarray:
     out = np.empty((packed.shape[0], q), dtype=np.int64)
     _unpack_fixed_kernel(packed, width, out)
     return out
-
-
-@njit(cache=True)
-def _floor_log2(v):
-    z = 0
-    while v > 1:
-        v >>= 1
-        z += 1
-    return z
-
-
-@njit(cache=True)
-def _elias_row_bits_kernel(levels, out):
-    for i in range(levels.shape[0]):
-        total = 0
-        for j in range(levels.shape[1]):
-            a = abs(np.int64(levels[i, j]))
-            total += 2 * _floor_log2(a + 1) + 1 + (1 if a > 0 else 0)
-        out[i] = total
-
-
-def elias_row_bits(levels) -> np.ndarray:
-    """Exact Elias-gamma size of each row of signed levels, int64 (n_rows,).
-
-    Per coordinate: gamma(|l| + 1) = 2 floor(log2(|l| + 1)) + 1 bits, then one sign
-    bit only when l != 0 (a zero level needs no sign).
-    """
-    out = np.empty(levels.shape[0], dtype=np.int64)
-    _elias_row_bits_kernel(levels, out)
-    return out
-
-
-@njit(cache=True)
-def _pack_elias_kernel(levels, out):
-    for i in range(levels.shape[0]):
-        pos, acc, nacc = 0, 0, 0
-        for j in range(levels.shape[1]):
-            lev = np.int64(levels[i, j])
-            v = abs(lev) + 1
-            z = _floor_log2(v)
-            pos, acc, nacc = _put(out[i], pos, acc, nacc, np.int64(0), z)
-            pos, acc, nacc = _put(out[i], pos, acc, nacc, v, z + 1)
-            if lev != 0:
-                pos, acc, nacc = _put(out[i], pos, acc, nacc, np.int64(1 if lev < 0 else 0), 1)
-        _flush(out[i], pos, acc, nacc)
-
-
-def pack_elias(levels, row_bits) -> np.ndarray:
-    """Elias-gamma pack signed levels (n_rows, q) -> uint8 (n_rows, ceil(max(row_bits)/8)), zero padded."""
-    nbytes = -(-int(row_bits.max(initial=0)) // _BYTE)
-    out = np.zeros((levels.shape[0], nbytes), dtype=np.uint8)
-    _pack_elias_kernel(levels, out)
-    return out
-
-
-@njit(cache=True)
-def _unpack_elias_kernel(packed, levels, nbits, max_zeros):
-    for i in range(levels.shape[0]):
-        pos, acc, nacc, used = 0, 0, 0, 0
-        for j in range(levels.shape[1]):
-            z = 0
-            bit, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
-            while bit == 0:
-                z += 1
-                if z > max_zeros:
-                    return False
-                bit, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
-            rest, pos, acc, nacc = _get(packed[i], pos, acc, nacc, z)
-            mag = ((1 << z) | rest) - 1
-            used += 2 * z + 1
-            if mag > 0:
-                sign, pos, acc, nacc = _get(packed[i], pos, acc, nacc, 1)
-                used += 1
-                mag = -mag if sign == 1 else mag
-            levels[i, j] = mag
-        nbits[i] = used
-    return True
-
-
-def unpack_elias(packed, q: int) -> tuple:
-    """Inverse of :func:`pack_elias`.
-
-    Returns
-    -------
-    levels : ndarray of int64 of shape (n_rows, q)
-    nbits : ndarray of int64 of shape (n_rows,)
-        Bits consumed by each row's code (its exact length).
-    """
-    levels = np.empty((packed.shape[0], q), dtype=np.int64)
-    nbits = np.empty(packed.shape[0], dtype=np.int64)
-    if not _unpack_elias_kernel(packed, levels, nbits, MAX_CODE_WIDTH - 1):
-        raise ValueError("corrupt Elias-gamma payload: a code is longer than any valid level.")
-    return levels, nbits
 
 
 @njit(cache=True)
