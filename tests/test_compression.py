@@ -5,6 +5,7 @@ computed from the sample itself; the helpers are themselves tested on
 deliberately wrong quantisers so that a broken compressor cannot pass.
 """
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -141,7 +142,16 @@ def _reference_rice(levels):
     return min((code(k) for k in range(32)), key=len)
 
 
-def _reference_dither_payload(norms32, levels, s, coding):
+def _reference_norm_bytes(norms32, norm_bits):
+    """Float32 little endian, or bits 15..30 of each float32 (the sign bit is always 0)."""
+    if norm_bits == 32:
+        return b"".join(struct.pack("<f", float(v)) for v in norms32)
+    words = [int.from_bytes(struct.pack("<f", float(v)), "little") for v in norms32]
+    assert all(w % 2 ** 15 == 0 and w < 2 ** 31 for w in words)  # nothing below the 16 bits sent
+    return b"".join((w >> 15).to_bytes(2, "little") for w in words)
+
+
+def _reference_dither_payload(norms32, levels, s, coding, norm_bits):
     if coding == "rice":
         code = _reference_rice(levels)
     elif coding == "elias":
@@ -149,12 +159,14 @@ def _reference_dither_payload(norms32, levels, s, coding):
                        for lev in levels)
     else:
         code = "".join(format(lev + s, f"0{(2 * s).bit_length()}b") for lev in levels)
-    return norms32.astype("<f4").tobytes() + _bitstring_to_bytes(code), 32 * norms32.size + len(code)
+    return (_reference_norm_bytes(norms32, norm_bits) + _bitstring_to_bytes(code),
+            norm_bits * norms32.size + len(code))
 
 
 @pytest.mark.parametrize("comp", [RandomDithering(s=3, per_block=False), RandomDithering(s=4, per_block=True),
                                   RandomDithering(s=3, per_block=False, coding="fixed"),
                                   RandomDithering(s=4, per_block=True, coding="fixed"),
+                                  RandomDithering(s=4, norm_bits=32), RandomDithering(s=1024, norm_bits=16),
                                   RandomDithering(s=1024), RandomDithering(s=2, coding="elias"),
                                   RandomDithering(s=5, r=np.inf, per_block=True, coding="elias")],
                          ids=repr)
@@ -167,7 +179,7 @@ def test_dither_bytes_match_reference_encoder(comp):
     levels = np.rint(np.divide(y * comp.s, scale, out=np.zeros_like(y), where=scale > 0)).astype(int)
     payloads, bits = comp.encode(msg), comp.row_bits(msg)
     for i in range(x.shape[0]):
-        ref, ref_bits = _reference_dither_payload(norms[i], levels[i], comp.s, comp.coding)
+        ref, ref_bits = _reference_dither_payload(norms[i], levels[i], comp.s, comp.coding, msg.meta["norm_bits"])
         assert payloads[i] == ref and bits[i] == ref_bits
 
 
@@ -260,12 +272,38 @@ def test_same_seed_same_message(name):
 def test_per_block_norms_are_float32_rounded_up():
     x = _x()
     x[0] = float(np.float32(0.1)) + 1e-12  # nearest float32 of this 2-norm lies below it
-    for comp, r in [(RandomDithering(s=2, per_block=True), 2), (BlockP(p=np.inf), np.inf)]:
+    for comp, r in [(RandomDithering(s=2, per_block=True, norm_bits=32), 2), (BlockP(p=np.inf), np.inf)]:
         norms = comp.compress(x, np.random.default_rng(0), BLOCKS).arrays["norms"][0]
         exact = [np.linalg.norm(x[a:b], ord=r) for a, b in zip(BLOCKS[:-1], BLOCKS[1:])]
         assert norms.dtype == np.float32 and norms.shape == (3,)
         assert np.all(norms.astype(np.float64) >= exact)
         assert np.all(norms.astype(np.float64) <= np.nextafter(np.float32(exact), np.float32(np.inf)))
+
+
+@pytest.mark.parametrize("s", [1, 2, 4])
+def test_short_norms_are_the_next_16_bit_value_up(s):
+    """At s <= 4 a norm travels in 16 bits: the smallest float32 >= the exact norm whose low
+    15 bits are zero (found by stepping float32 values up), at most 2**-8 above it."""
+    x = _x()
+    comp = RandomDithering(s=s)
+    msg = comp.compress(x, np.random.default_rng(0), BLOCKS)
+    assert msg.meta["norm_bits"] == 16
+    norms = msg.arrays["norms"][0]
+    for (a, b), sent in zip(zip(BLOCKS[:-1], BLOCKS[1:]), norms):
+        exact = np.linalg.norm(x[a:b])
+        ref = np.float32(exact)
+        while float(ref) < exact or int(ref.view(np.uint32)) % 2 ** 15:
+            ref = np.nextafter(ref, np.float32(np.inf))
+        assert sent == ref and exact <= float(sent) <= exact * (1 + 2.0 ** -8)
+    assert RandomDithering(s=5).compress(x, np.random.default_rng(0)).meta["norm_bits"] == 32
+
+
+def test_a_norm_with_more_bits_than_sent_is_refused():
+    comp = RandomDithering(s=4)
+    msg = comp.compress(_x()[None, :], np.random.default_rng(0), BLOCKS)
+    msg.arrays["norms"] = np.nextafter(msg.arrays["norms"], np.float32(np.inf))
+    with pytest.raises(ValueError, match="16 wire bits"):
+        comp.validate(msg, 18, BLOCKS)
 
 
 def test_per_block_dithering_has_lower_variance_on_unequal_blocks():

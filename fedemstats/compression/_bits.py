@@ -19,15 +19,21 @@ from numba import njit
 from .base import Message
 
 __all__ = [
-    "MAX_CODE_WIDTH", "NORM_BITS", "check_blocks", "split_blocks", "block_norms", "float32_norms_up",
+    "MAX_CODE_WIDTH", "NORM_BITS", "SHORT_NORM_BITS", "wire_norms_up", "check_wire_norms", "check_blocks", "split_blocks", "block_norms", "float32_norms_up",
     "fixed_width", "pack_fixed", "unpack_fixed", "expand_scale", "norm_bytes", "split_norms", "stack_padded",
     "message_to_record", "message_from_record",
 ]
 
 #: largest number of bits written by one call of the bit writer (see module docstring)
 MAX_CODE_WIDTH = 32
-#: every block norm travels as one IEEE float32
+#: a block norm travels as one IEEE float32 ...
 NORM_BITS = 32
+#: ... or, for coarse quantisers, as a 16-bit unsigned float: float32's 8 exponent bits and
+#: the top 8 of its 23 mantissa bits (a norm has no sign bit), rounded up (:func:`wire_norms_up`)
+SHORT_NORM_BITS = 16
+#: the float32 bits below a short norm: its sign bit (always 0) is dropped above, 15 mantissa bits here
+_SHORT_SHIFT = 32 - 1 - SHORT_NORM_BITS
+_SHORT_DROP = np.uint32(2 ** _SHORT_SHIFT - 1)
 _BYTE = 8
 _BYTE_MASK = 0xFF
 # the fixed-width packer's flush unit: one 32-bit word
@@ -124,6 +130,32 @@ def float32_norms_up(norms) -> np.ndarray:
     if not np.all(np.isfinite(f)):
         raise ValueError("a block norm exceeds the float32 range (~3.4e38); rescale the statistics.")
     return f
+
+
+def wire_norms_up(norms, bits=NORM_BITS) -> np.ndarray:
+    """Norms rounded up to what travels in ``bits`` (NORM_BITS or SHORT_NORM_BITS) per norm, float32.
+
+    A short norm is float32 with its low 15 bits cleared, rounded up: at most 2**-8 above the
+    float32 value. Rounding up keeps unbiasedness exactly (see :func:`float32_norms_up`); the
+    variance bound grows by the square of the ratio, at most 2**-7.
+    """
+    f = float32_norms_up(norms)
+    if bits == NORM_BITS:
+        return f
+    u = f.view(np.uint32)
+    up = (u & ~_SHORT_DROP) + np.where(u & _SHORT_DROP, _SHORT_DROP + np.uint32(1), np.uint32(0)).astype(np.uint32)
+    out = up.astype(np.uint32).view(np.float32)
+    if not np.all(np.isfinite(out)):
+        raise ValueError("a block norm exceeds the short norms' range (~3.4e38); rescale the statistics.")
+    return out
+
+
+def check_wire_norms(norms, bits) -> None:
+    """ValueError unless float32 ``norms`` hold no more than ``bits`` bits each and none is negative."""
+    if np.any(norms < 0):
+        raise ValueError("a block norm is negative.")
+    if bits != NORM_BITS and np.any(np.asarray(norms, dtype=np.float32).view(np.uint32) & _SHORT_DROP):
+        raise ValueError(f"a block norm carries more than its {bits} wire bits.")
 
 
 def fixed_width(n_symbols: int) -> int:
@@ -228,17 +260,24 @@ def expand_scale(levels, norms, blocks, scale: float) -> np.ndarray:
     return out
 
 
-def norm_bytes(norms_row) -> bytes:
-    """Little-endian float32 bytes of one row's block norms."""
-    return np.asarray(norms_row, dtype="<f4").tobytes()
+def norm_bytes(norms_row, bits=NORM_BITS) -> bytes:
+    """Little-endian bytes of one row's block norms: float32, or bits 15..30 of each (short norms)."""
+    f = np.asarray(norms_row, dtype="<f4")
+    if bits == NORM_BITS:
+        return f.tobytes()
+    return (f.view(np.uint32) >> np.uint32(_SHORT_SHIFT)).astype("<u2").tobytes()
 
 
-def split_norms(payload: bytes, n_blocks: int) -> tuple:
+def split_norms(payload: bytes, n_blocks: int, bits=NORM_BITS) -> tuple:
     """Split one row's payload into (float32 norms (n_blocks,), remaining bytes)."""
-    head = n_blocks * NORM_BITS // _BYTE
+    head = n_blocks * bits // _BYTE
     if len(payload) < head:
-        raise ValueError(f"payload of {len(payload)} bytes is too short for {n_blocks} float32 norms.")
-    norms = np.frombuffer(payload[:head], dtype="<f4").astype(np.float32)
+        raise ValueError(f"payload of {len(payload)} bytes is too short for {n_blocks} {bits}-bit norms.")
+    if bits == NORM_BITS:
+        norms = np.frombuffer(payload[:head], dtype="<f4").astype(np.float32)
+    else:
+        words = np.frombuffer(payload[:head], dtype="<u2").astype(np.uint32) << np.uint32(_SHORT_SHIFT)
+        norms = words.view(np.float32)
     return norms, payload[head:]
 
 

@@ -30,8 +30,9 @@ logger = logging.getLogger(__name__)
 
 #: run-config key holding the faults ("" = none)
 RUN_CONFIG_KEY = "poison"
-#: the poisoned norm: a well-formed message scaled by this
-BLOW_UP = 1e6
+#: the poisoned norm: a well-formed message scaled by this (about 1e6; a power of two keeps
+#: a 16-bit wire norm a 16-bit wire norm)
+BLOW_UP = 2.0 ** 20
 #: logged (WARNING) by the node for each fault it injects; the tests count these lines
 INJECTED = "poison: round %d, partition %d: %s reply injected"
 
@@ -42,7 +43,7 @@ def _nan(arrays):
 
 
 def _blow_up(arrays):
-    # still well formed (finite float32 norms, legal levels): only the contribution bound can tell
+    # still well formed (finite norms of the wire's precision, legal levels): only the contribution bound can tell
     arrays["norms"] = (arrays["norms"] * BLOW_UP).astype(np.float32)
 
 
