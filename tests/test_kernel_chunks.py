@@ -8,6 +8,8 @@ from fedemstats.models.gmm import GaussianMixtureModel, _kernel_arrays, estimate
 from fedemstats.models.gmm_geometry import MomentWhitening
 
 TYPES = ["full", "tied", "diag", "spherical"]
+#: the serial and parallel kernels agree to rounding (a few ulps), see ``segment_sums_serial``
+KERNEL_RTOL = 1e-14
 K, D = 3, 4
 
 
@@ -60,7 +62,7 @@ def test_chunks_across_client_boundaries_match_a_row_by_row_reference(ctype, har
 
 
 @pytest.mark.parametrize("ctype", ["full", "diag"])
-def test_serial_and_parallel_kernels_agree_bitwise_on_small_clients(ctype):
+def test_serial_and_parallel_kernels_agree_on_small_clients(ctype):
     rng = np.random.default_rng(4)
     n = 3 * kernels.MIN_BLOCK_ROWS + 11
     X = rng.normal(size=(n, D))
@@ -68,7 +70,10 @@ def test_serial_and_parallel_kernels_agree_bitwise_on_small_clients(ctype):
     model = GaussianMixtureModel(K, D, ctype)
     args = (X, seg, model.shift, *_kernel_arrays(random_theta(ctype, rng), model.shift),
             {"full": kernels.COV_FULL, "diag": kernels.COV_DIAG}[ctype], model.q, False)
-    assert np.array_equal(kernels.segment_sums(*args), kernels.segment_sums_serial(*args))
+    # the same blocks and order of addition, but two compilations: LLVM may vectorise or contract
+    # the fastmath sums differently in each (measured 1 ulp apart on a few sums in some sessions)
+    parallel, serial = kernels.segment_sums(*args), kernels.segment_sums_serial(*args)
+    np.testing.assert_allclose(parallel, serial, rtol=KERNEL_RTOL, atol=KERNEL_RTOL * np.abs(serial).max())
 
 
 def test_clients_without_rows_inside_a_chunk_get_zero_sums():

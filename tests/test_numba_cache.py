@@ -98,8 +98,10 @@ def test_parallel_kernel_runs_in_parallel_after_the_serial_one_was_cached_first(
 
 
 def test_results_do_not_depend_on_the_thread_count_or_the_serial_choice():
-    """Row blocks depend on the rows only: 1 or 2 threads, serial or parallel kernel, the
-    same sums bit for bit (fastmath reassociation included: the same compiled code)."""
+    """Row blocks depend on the rows only: the parallel kernel on 1 or 2 threads gives the same
+    sums bit for bit (the same compiled code); the serial kernel, a second compilation of the
+    same blocks, agrees to rounding (LLVM may vectorise or contract its fastmath sums otherwise:
+    measured 1 ulp apart on a few sums in some sessions)."""
     import numpy as np
 
     from fedemstats.federation import Federation
@@ -126,4 +128,5 @@ def test_results_do_not_depend_on_the_thread_count_or_the_serial_choice():
     for stats, loglik in results[1:]:
         np.testing.assert_array_equal(stats, results[0][0])
         np.testing.assert_array_equal(loglik, results[0][1])
-    np.testing.assert_array_equal(serial[:, :model.q] / np.diff(fed.offsets)[:, None], results[0][0])
+    np.testing.assert_allclose(serial[:, :model.q] / np.diff(fed.offsets)[:, None], results[0][0], rtol=1e-14,
+                               atol=1e-14 * np.abs(results[0][0]).max())

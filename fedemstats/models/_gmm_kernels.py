@@ -325,7 +325,12 @@ def segment_sums_serial(X, seg, shift, means, prec_tri, prec_diag, const, code, 
     A distinct Python function on purpose: numba's cache key ignores the jit options,
     so ``njit(segment_sums.py_func)`` would share (and overwrite) the parallel kernel's
     cache entry, and every later process would run whichever compiled first (issue 15).
-    Same blocks, same order of addition: the results equal the parallel kernel's bit for bit.
+    Same blocks, same order of addition, but not always the same machine code: LLVM optimises
+    the block pass inside each kernel on its own (with ``fastmath`` reassociation it may
+    vectorise or contract the sums differently), and in some test sessions the two kernels were
+    measured 1 ulp apart on a few sums. Which kernel runs depends on the rows, the model and
+    the data's shape only (``GaussianMixtureModel.client_stats``), never on the thread count,
+    so a fit is reproducible either way.
     """
     plan = _plan(seg, q)
     for b in range(plan[0]):

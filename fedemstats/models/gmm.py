@@ -158,7 +158,8 @@ class GaussianMixtureModel(Model):
         means, tri, diag, const = _kernel_arrays(theta, self.shift)
         code = _CODES[self.covariance_type]
         work = X.shape[0] * _k.row_flops(self.n_components, self.n_features, code)
-        # the same blocks either way (identical results); threads only pay off on enough work
+        # the same blocks either way (equal to rounding; the choice depends on the data only);
+        # threads only pay off on enough work
         parallel = work >= _k.PARALLEL_MIN_FLOPS and X.shape[0] >= 2 * _k.MIN_BLOCK_ROWS
         kernel = _k.segment_sums if parallel else _k.segment_sums_serial
         sums = kernel(X, seg, self.shift, means, tri, diag, const, code, self.q, bool(hard))
