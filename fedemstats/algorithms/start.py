@@ -17,10 +17,6 @@
   transfer has its own public stream (:data:`ROUND0_STREAMS`). The start moves by about
   1e-3 of a first EM step: on the 128 rows of ``bench_real_data`` the same number of rows
   pass as with the float64 start, and ``bench_bits`` needs about a third fewer bits.
-  θ_0 itself goes out as its statistics E_θ0[s] in float32 (:meth:`RoundZero.wire_start`):
-  32 q bits per client instead of 64 per parameter, and everyone starts from
-  T(float32(E_θ0[s])), within a float32 rounding of θ_0 (T maps any statistic to a valid
-  model, so the rounding cannot make a covariance indefinite).
 """
 from __future__ import annotations
 
@@ -29,7 +25,7 @@ import functools
 import numpy as np
 
 from ..compression import make_compressor
-from ..ledger import FLOAT32_BITS, FLOAT64_BITS
+from ..ledger import FLOAT64_BITS
 from ..models.base import Model
 from .server import CHUNK_ENTRIES, client_update
 from .state import AlgorithmState, draw_entropy
@@ -131,12 +127,6 @@ class RoundZero:
         return self.initial_state(upload0, None if point is None else client_stats(point), weights, entropy)
 
     # ------------------------------------------------------------------ the quantised start, client and server halves
-    def wire_start(self, theta0):
-        """θ_0 as the quantised start broadcasts it: ``(T(sent), sent)`` with ``sent`` =
-        E_θ0[s] in float32, shape (q,), from which every client computes the same θ_0."""
-        sent = np.asarray(self.model.expected_stats(theta0), dtype=np.float32)
-        return self.model.t_map(sent.astype(np.float64)), sent
-
     def start_point(self, theta0):
         """(a_0, geometry): E_θ0[s] and the model's geometry at (θ_0, a_0), both public."""
         a0 = np.asarray(self.model.expected_stats(theta0), dtype=np.float64)
@@ -182,9 +172,8 @@ class RoundZero:
         entropy = draw_entropy(rng)
         params_down = n * model.n_parameters(theta0) * FLOAT64_BITS
         if self.quantised_start(n):
-            theta0, _ = self.wire_start(theta0)
             state, loglik, uplink, downlink = self._quantised_round_zero(federation, theta0, entropy)
-            passes, downlink = 2, downlink + n * model.q * FLOAT32_BITS
+            passes, downlink = 2, downlink + params_down
         else:
             state, loglik = self.round_zero(lambda theta: model.client_stats(federation, theta), theta0,
                                             federation.weights, entropy)

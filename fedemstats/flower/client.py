@@ -146,11 +146,7 @@ class _Node:
         config, content = message.content[P.CONFIG], message.content
         algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
-        # θ_0 travels as its float32 statistics (RoundZero.wire_start)
-        sent = from_array_record(content[P.ARRAYS])["start_stats"]
-        if sent.dtype != np.float32 or sent.shape != (model.q,) or not np.all(np.isfinite(sent)):
-            raise ValueError(f"start_stats must be finite float32 of shape ({model.q},).")
-        theta0 = model.t_map(sent.astype(np.float64))
+        theta0 = params_from_records(content[P.PARAMS], content[P.PARAMS_META])
         a0, geometry0 = algo.start_point(theta0)
         if transfer == "upload":
             stats, loglik = model.client_stats(fed, theta0)

@@ -86,7 +86,7 @@ class FedEMStrategy(Strategy):
         entropy = draw_entropy(self.rng)
         n = len(self.partitions)
         if algo.quantised_start(n):
-            self.state, loglik = self._quantised_start(grid, *algo.wire_start(theta0), entropy)
+            self.state, loglik = self._quantised_start(grid, theta0, entropy)
             mean_field = True
         else:
             upload0 = self._collect_stats(grid, {"entropy": entropy}, params=theta0)
@@ -113,10 +113,9 @@ class FedEMStrategy(Strategy):
             content, self.model.q, pid, self.registry.rows_of[pid]), **arrays)
         return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
 
-    def _quantised_start(self, grid, theta0, sent, entropy):
+    def _quantised_start(self, grid, theta0, entropy):
         """The quantised mean-field start (:mod:`fedemstats.algorithms.start`) over the nodes:
-        the upload at θ_0, the broadcast of Ŝ_0, the mean-field upload; returns ``(state, loglik)``.
-        θ_0 = T(``sent``) travels as ``sent``, float32 statistics (:meth:`~.RoundZero.wire_start`)."""
+        the upload at θ_0, the broadcast of Ŝ_0, the mean-field upload; returns ``(state, loglik)``."""
         algo, s, q = self.algorithm, self.settings, self.model.q
         config = {"entropy": entropy, "compressor": s.compressor, "precondition": s.precondition,
                   "downlink": s.downlink_compressor}
@@ -125,14 +124,13 @@ class FedEMStrategy(Strategy):
         def check(blocks):
             return lambda content, pid: check_round_reply(content, round0_compressor(), q, blocks, pid,
                                                           self.registry.rows_of[pid])
-        up0 = self._round_zero_replies(grid, {**config, "start": "upload"}, None, None, check(geometry0.blocks),
-                                       start_stats=sent)
+        up0 = self._round_zero_replies(grid, {**config, "start": "upload"}, theta0, None, check(geometry0.blocks))
         q0, _, _ = decode_messages(round0_compressor(), [m for m, _ in up0], geometry0, q)
         broadcast, s0 = algo.start_broadcast(a0, geometry0, q0, self.weights, entropy)
         theta1 = self.model.t_map(s0)
         geometry1 = self.model.geometry(theta1, s0)
-        up1 = self._round_zero_replies(grid, {**config, "start": "mean-field"}, None, broadcast,
-                                       check(geometry1.blocks), start_stats=sent)
+        up1 = self._round_zero_replies(grid, {**config, "start": "mean-field"}, theta0, broadcast,
+                                       check(geometry1.blocks))
         q1, _, _ = decode_messages(round0_compressor(), [m for m, _ in up1], geometry1, q)
         state = algo.quantised_state(s0, q1, [ll for _, ll in up1], self.weights, entropy)
         return state, float(self.weights @ np.array([ll for _, ll in up0]))
