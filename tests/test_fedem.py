@@ -97,7 +97,7 @@ def test_horvitz_thompson_direction_is_unbiased_by_monte_carlo():
 def test_client_update_uses_the_same_q_for_memory_and_message():
     rng = [np.random.default_rng(i) for i in range(4)]
     stats, v = np.ones((4, 5)), np.zeros((4, 5))
-    msg, q_rows, v_new = client_update(stats, np.zeros(5), v, RandomSign(), 0.25, rng)
+    msg, q_rows, v_new, _ = client_update(stats, np.zeros(5), v, RandomSign(), 0.25, rng)
     np.testing.assert_array_equal(q_rows, RandomSign().decompress(msg))
     np.testing.assert_allclose(v_new, 0.25 * q_rows)
 

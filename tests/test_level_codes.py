@@ -101,3 +101,20 @@ def test_rice_and_fixed_carry_the_same_levels(s):
     np.testing.assert_array_equal(rice.decompress(m_rice), fixed.decompress(m_fixed))
     np.testing.assert_array_equal(rice.decompress(rice.decode(rice.encode(m_rice), 200)), rice.decompress(m_rice))
     assert np.all(rice.row_bits(m_rice) < fixed.row_bits(m_fixed))
+
+
+@pytest.mark.parametrize("comp", [RandomDithering(s=4), RandomDithering(s=4, coding="fixed"),
+                                  RandomDithering(s=2, coding="elias"), RandomDithering(s=1024),
+                                  RandomDithering(s=4, r=np.inf)], ids=repr)
+def test_the_senders_decoding_is_the_receivers(comp):
+    """compress_decoded takes the decoded rows and the noise estimate from the levels it drew;
+    they equal what a receiver decodes from the message."""
+    x = np.random.default_rng(2).normal(size=(5, 40)) * np.array([1e-3, 1.0, 1e3, 0.0, 5.0])[:, None]
+    blocks = np.array([0, 1, 11, 40])
+    message, decoded, (signal, noise) = comp.compress_decoded(x, np.random.default_rng(3), blocks)
+    again = comp.compress(x, np.random.default_rng(3), blocks)
+    assert comp.encode(message) == comp.encode(again)
+    np.testing.assert_array_equal(decoded, comp.decompress(message))
+    ref_signal, ref_noise = comp.noise_estimate(message)
+    np.testing.assert_array_equal(signal, ref_signal)
+    np.testing.assert_array_equal(noise, ref_noise)

@@ -106,13 +106,12 @@ class FedEM(Algorithm):
             # in place instead of gathering and scattering them
             rows = slice(chunk[0], chunk[-1] + 1) if bool(np.all(np.diff(chunk) == 1)) else chunk
             stats, ll = self.model.client_stats(federation, theta, chunk, self.batch_size, rng)
-            message, q_rows, state.v_clients[rows] = client_update(
+            message, q_rows, state.v_clients[rows], (sig, noi) = client_update(
                 stats, state.s_hat, state.v_clients[rows], self.compressor, alpha,
                 round_streams(state.entropy, k, chunk), coords)
             del stats  # the chunk's largest temporaries go before the next chunk's
             part = weighted_sums(q_rows, w, pi[start:start + step])
             sums = (sums[0] + part[0], sums[1] + part[1])
-            sig, noi = self.compressor.noise_estimate(message)
             loglik.append(ll), signal.append(sig), noise.append(noi)
             uplink += self.compressor.bits(message) + chunk.size * FLOAT64_BITS
         return sums, np.concatenate(loglik), (np.concatenate(signal), np.concatenate(noise)), uplink

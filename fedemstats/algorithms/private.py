@@ -281,7 +281,7 @@ class PrivateFedEM(FedEM):
         if active.size:
             stats, central = self.private_stats(federation, theta, active, dp, rng, release, inclusion)
             coords = self.round_geometries(theta, state.s_hat, n)[1]
-            message, q_rows, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
+            message, q_rows, _, _ = client_update(stats, state.s_hat, state.v_clients[active], self.compressor,
                                                0.0, round_streams(state.entropy, k, active), coords)
             uplink = self.compressor.bits(message)
         else:

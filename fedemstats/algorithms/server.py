@@ -76,15 +76,16 @@ def client_update(stats, s_hat, v_clients, compressor, alpha, rngs, geometry=Non
         The decoded quantised Δ_i in raw coordinates (identical on client and server).
     v_new : ndarray of shape (m, q)
         Updated memories V_{k+1,i} = V_{k,i} + α q_i.
+    noise : tuple of ndarray of shape (m,)
+        (signal², noise²) of each row (:meth:`~fedemstats.compression.Compressor.noise_estimate`).
     """
     delta = stats - s_hat[None, :] - v_clients
     if geometry is None:
-        message = compressor.compress(delta, rngs)
-        q_rows = compressor.decompress(message)
+        message, q_rows, noise = compressor.compress_decoded(delta, rngs)
     else:
-        message = compressor.compress(geometry.forward(delta), rngs, geometry.blocks)
-        q_rows = geometry.inverse(compressor.decompress(message))
-    return message, q_rows, memory_update(v_clients, q_rows, alpha)
+        message, decoded, noise = compressor.compress_decoded(geometry.forward(delta), rngs, geometry.blocks)
+        q_rows = geometry.inverse(decoded)
+    return message, q_rows, memory_update(v_clients, q_rows, alpha), noise
 
 
 def server_update(s_hat, v, q_rows, weights, inclusion, gamma, alpha):

@@ -144,7 +144,7 @@ class RoundZero:
         q_rows : ndarray of shape (m, q)
             The decoded values, as the server decodes them.
         """
-        message, q_rows, _ = client_update(stats, centre, np.zeros_like(stats), round0_compressor(), 0.0,
+        message, q_rows, _, _ = client_update(stats, centre, np.zeros_like(stats), round0_compressor(), 0.0,
                                            round_streams(entropy, ROUND0_STREAMS[transfer], clients), geometry)
         return message, q_rows
 

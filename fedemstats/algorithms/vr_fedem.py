@@ -157,13 +157,13 @@ class VRFedEM(Algorithm):
             n_cond_exp += self.control_variate_step(state, federation, rng)
         everyone = np.arange(n)
         geometries = self.round_geometries(self.model.t_map(state.s_hat), state.s_hat, n)
-        message, q_rows, state.v_clients = client_update(
+        message, q_rows, state.v_clients, noise = client_update(
             ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha,
             round_streams(state.entropy, state.round, everyone), geometries[1])
         ex["s_prev"] = state.s_hat
         row = self.server_step(state, federation.weights, everyone, np.ones(n),
                                weighted_sums(q_rows, federation.weights, np.ones(n)), ex["loglik"],
-                               self.compressor.noise_estimate(message), geometries, alpha, tol)
+                               noise, geometries, alpha, tol)
         ex["inner"] += 1
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)

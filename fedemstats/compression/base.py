@@ -92,6 +92,14 @@ class Compressor:
         """Decode to rows of shape (n_rows, q), float64."""
         raise NotImplementedError
 
+    def compress_decoded(self, x, rng, blocks=None) -> tuple:
+        """What a sender knows after :meth:`compress`: ``(message, decompress(message),
+        noise_estimate(message))``. A compressor whose decoding costs (variable-length codes)
+        overrides it to take the decoded rows from its own quantisation instead of decoding
+        its message again; the values are the same (tests)."""
+        message = self.compress(x, rng, blocks)
+        return message, self.decompress(message), self.noise_estimate(message)
+
     def omega(self, q: int, blocks=None) -> float:
         """Variance bound: ``E||Q(x)||^2 <= (1 + omega) ||x||^2`` for x in R^q."""
         raise NotImplementedError

@@ -188,18 +188,36 @@ class RandomDithering(Compressor):
         (n_rows,), the exact length of each row's level code (bookkeeping, not sent: the
         code is self-delimiting given q).
         """
+        return self._pack(*self._quantise(x, rng, blocks))
+
+    def compress_decoded(self, x, rng, blocks=None) -> tuple:
+        """:meth:`compress` and the decoded rows and noise estimate from the levels drawn
+        (no decoding of the message); see :meth:`Compressor.compress_decoded`."""
+        levels, norms, bl = self._quantise(x, rng, blocks)
+        message = self._pack(levels, norms, bl)
+        signed = levels - self.s if self.coding == "fixed" else levels
+        decoded = expand_scale(signed, norms, bl, 1.0 / self.s)
+        noise = norm2_estimate(decoded, norms) if self.r == 2 else max_norm_estimate(decoded, signed, norms, bl,
+                                                                                     self.s)
+        return message, decoded, noise
+
+    def _quantise(self, x, rng, blocks):
+        """(levels int32 (n_rows, q), float32 norms (n_rows, n_blocks), blocks); levels are
+        offset by s for the fixed code."""
         x = _as_rows(x)
         bl = self._blocks(x.shape[1], blocks)
         norms = wire_norms_up(block_norms(x, bl, self.r), self._norm_bits())
-        fixed = self.coding == "fixed"
-        offset = self.s if fixed else 0
+        offset = self.s if self.coding == "fixed" else 0
         levels = np.empty(x.shape, dtype=np.int32)
         if isinstance(rng, ClientStreams):
             _levels_stream_kernel(x, *rng.reserve(x.shape[0]), norms, bl, self.s, offset, levels)
         else:
             _levels_kernel(x, uniform_rows(rng, *x.shape), norms, bl, self.s, offset, levels)
+        return levels, norms, bl
+
+    def _pack(self, levels, norms, bl) -> Message:
         arrays = {"norms": norms}
-        if fixed:
+        if self.coding == "fixed":
             arrays["codes"] = pack_fixed(levels, self._width(self.s))
         elif self.coding == "elias":
             arrays["code_bits"] = elias_row_bits(levels)
@@ -207,7 +225,7 @@ class RandomDithering(Compressor):
         else:
             ks, arrays["code_bits"] = rice_parameters(levels)
             arrays["codes"] = pack_rice(levels, ks, arrays["code_bits"])
-        return self._message(x.shape[0], x.shape[1], arrays, bl)
+        return self._message(levels.shape[0], levels.shape[1], arrays, bl)
 
     def _message(self, n_rows, q, arrays, bl):
         meta = {"s": self.s, "r": self.r, "coding": self.coding, "norm_bits": self._norm_bits(),

@@ -174,7 +174,7 @@ class _Node:
         theta = model.t_map(node.s_hat)
         stats, loglik = model.client_stats(fed, theta)
         streams = round_streams(int(config["entropy"]), int(config["round"]), [int(config["client"])])
-        compressed, q_rows, _ = client_update(stats, node.s_hat, node.v[None, :], algo.compressor,
+        compressed, q_rows, _, _ = client_update(stats, node.s_hat, node.v[None, :], algo.compressor,
                                               float(config["alpha"]), streams, algo.client_geometry(theta, node.s_hat))
         node.pending, node.pending_round = float(config["alpha"]) * q_rows[0], int(config["round"])
         save_state(context, node)
