@@ -338,6 +338,7 @@ def test_zero_rows_decode_to_zero(name):
     (lambda: RandomDithering(s=0), "s=0"), (lambda: RandomDithering(s=2.5), "s=2.5"),
     (lambda: RandomDithering(s=2, r=1), "r=1"), (lambda: RandomDithering(coding="huffman"), "coding"),
     (lambda: RandomDithering(per_block="yes"), "per_block"), (lambda: BlockP(p=1), "p=1"),
+    (lambda: RandomDithering(norm_bits=8), "norm_bits"), (lambda: RandomDithering(norm_bits=True), "norm_bits"),
     (lambda: RandK(k=0), "k=0"), (lambda: RandK(k=3, dtype="float16"), "dtype"),
     (lambda: RandK(k=20).compress(np.ones(10), np.random.default_rng(0)), "k=20.*q=10"),
     (lambda: RandomDithering(per_block=True).compress(np.ones(10), None, [0, 4, 9]), "blocks"),
@@ -353,6 +354,7 @@ def test_bad_parameters_raise(factory, match):
     ("dither:s=4,per_block=false", RandomDithering, {"per_block": False}),
     ("dither:s=4,r=inf", RandomDithering, {"s": 4, "r": np.inf}),
     ("dither:s=2,per_block=true,coding=elias", RandomDithering, {"per_block": True, "coding": "elias"}),
+    ("dither:s=4,coding=fixed,norm_bits=32", RandomDithering, {"coding": "fixed", "norm_bits": 32}),
     ("blockp:p=2", BlockP, {"p": 2.0}), ("blockp:p=inf", BlockP, {"p": np.inf}),
     ("randk:k=10", RandK, {"k": 10, "dtype": "float64"}),
 ])
@@ -362,7 +364,8 @@ def test_spec_parsing(spec, cls, attrs):
     assert {k: getattr(comp, k) for k in attrs} == attrs
 
 
-@pytest.mark.parametrize("spec", ["dither:s=0", "dither:t=3", "blockp:p=3", "randk:k=-1", "randk"])
+@pytest.mark.parametrize("spec", ["dither:s=0", "dither:t=3", "dither:coding=rle", "dither:norm_bits=24", "blockp:p=3",
+                                  "randk:k=-1", "randk"])
 def test_bad_specs_raise(spec):
     with pytest.raises(ValueError):
         make_compressor(spec)

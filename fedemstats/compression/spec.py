@@ -32,7 +32,8 @@ def make_compressor(spec) -> Compressor:
     """Build a compressor from a spec string, ``None`` (identity) or an instance.
 
     Examples: ``"identity"``, ``"dither:s=4"``, ``"dither:s=4,r=inf"``,
-    ``"blockp:p=2"``, ``"randk:k=10"``.
+    ``"dither:s=4,coding=fixed,norm_bits=32"`` (the wire format before the Rice code and
+    16-bit norms), ``"blockp:p=2"``, ``"randk:k=10"``.
     """
     if isinstance(spec, Compressor):
         return spec
