@@ -118,3 +118,8 @@ def test_the_senders_decoding_is_the_receivers(comp):
     ref_signal, ref_noise = comp.noise_estimate(message)
     np.testing.assert_array_equal(signal, ref_signal)
     np.testing.assert_array_equal(noise, ref_noise)
+    # the receiver's one-decoding path gives the same values and estimate
+    values, (signal2, noise2) = comp.decompress_and_noise(message)
+    np.testing.assert_array_equal(values, decoded)
+    np.testing.assert_array_equal(signal2, signal)
+    np.testing.assert_array_equal(noise2, noise)

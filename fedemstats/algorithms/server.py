@@ -161,7 +161,7 @@ def decode_messages(compressor, messages, geometry, q):
     """
     if not messages:
         return np.empty((0, q)), (np.empty(0), np.empty(0)), 0
-    decoded = np.vstack([compressor.decompress(m) for m in messages])
-    noise = [compressor.noise_estimate(m) for m in messages]
-    return (geometry.inverse(decoded), (np.concatenate([a for a, _ in noise]), np.concatenate([b for _, b in noise])),
-            int(sum(compressor.bits(m) for m in messages)))
+    parts = [compressor.decompress_and_noise(m) for m in messages]
+    decoded = np.vstack([values for values, _ in parts])
+    signal, noise = (np.concatenate([est[i] for _, est in parts]) for i in range(2))
+    return geometry.inverse(decoded), (signal, noise), int(sum(compressor.bits(m) for m in messages))

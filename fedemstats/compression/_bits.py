@@ -19,7 +19,8 @@ from numba import njit
 from .base import Message
 
 __all__ = [
-    "MAX_CODE_WIDTH", "NORM_BITS", "SHORT_NORM_BITS", "wire_norms_up", "check_wire_norms", "check_blocks", "split_blocks", "block_norms", "float32_norms_up",
+    "MAX_CODE_WIDTH", "NORM_BITS", "SHORT_NORM_BITS", "wire_norms_up", "check_wire_norms", "check_blocks",
+    "split_blocks", "block_norms", "float32_norms_up",
     "fixed_width", "pack_fixed", "unpack_fixed", "expand_scale", "norm_bytes", "split_norms", "stack_padded",
     "message_to_record", "message_from_record",
 ]
@@ -142,9 +143,8 @@ def wire_norms_up(norms, bits=NORM_BITS) -> np.ndarray:
     f = float32_norms_up(norms)
     if bits == NORM_BITS:
         return f
-    u = f.view(np.uint32)
-    up = (u & ~_SHORT_DROP) + np.where(u & _SHORT_DROP, _SHORT_DROP + np.uint32(1), np.uint32(0)).astype(np.uint32)
-    out = up.astype(np.uint32).view(np.float32)
+    # round up to a multiple of 2**15 in the bit pattern (a finite norm cannot overflow the uint32)
+    out = ((f.view(np.uint32) + _SHORT_DROP) & ~_SHORT_DROP).view(np.float32)
     if not np.all(np.isfinite(out)):
         raise ValueError("a block norm exceeds the short norms' range (~3.4e38); rescale the statistics.")
     return out
@@ -195,6 +195,28 @@ def _get(row, pos, acc, nacc, width):
 
 
 @njit(cache=True)
+def _put_word(row, pos, acc, nacc):
+    """Word writer of the packers: the top 32 of the accumulator's ``nacc`` (32..64) bits go
+    out, most significant byte first; returns the new (pos, acc, nacc)."""
+    nacc -= _WORD_BITS
+    word = acc >> np.uint64(nacc)
+    for t in range(_WORD_BYTES):
+        row[pos + t] = (word >> np.uint64(_BYTE * (_WORD_BYTES - 1 - t))) & _U_BYTE_MASK
+    return pos + _WORD_BYTES, acc & ((_U1 << np.uint64(nacc)) - _U1), nacc
+
+
+@njit(cache=True)
+def _put_tail(row, pos, acc, nacc):
+    """The accumulator's last ``nacc`` (< 32) bits, zero padded to whole bytes."""
+    while nacc >= _BYTE:
+        nacc -= _BYTE
+        row[pos] = (acc >> np.uint64(nacc)) & _U_BYTE_MASK
+        pos += 1
+    if nacc > 0:
+        row[pos] = (acc << np.uint64(_BYTE - nacc)) & _U_BYTE_MASK
+
+
+@njit(cache=True)
 def _pack_fixed_kernel(codes, width, out):
     # Fixed widths flush four bytes at a time: the accumulator holds < 32 bits
     # before a write of <= MAX_CODE_WIDTH bits, so at most 63 bits, and the
@@ -207,18 +229,8 @@ def _pack_fixed_kernel(codes, width, out):
             acc = (acc << w) | np.uint64(codes[i, j])
             nacc += width
             if nacc >= _WORD_BITS:
-                nacc -= _WORD_BITS
-                word = acc >> np.uint64(nacc)
-                for t in range(_WORD_BYTES):
-                    row[pos + t] = (word >> np.uint64(_BYTE * (_WORD_BYTES - 1 - t))) & _U_BYTE_MASK
-                pos += _WORD_BYTES
-                acc &= (_U1 << np.uint64(nacc)) - _U1
-        while nacc >= _BYTE:
-            nacc -= _BYTE
-            row[pos] = (acc >> np.uint64(nacc)) & _U_BYTE_MASK
-            pos += 1
-        if nacc > 0:
-            row[pos] = (acc << np.uint64(_BYTE - nacc)) & _U_BYTE_MASK
+                pos, acc, nacc = _put_word(row, pos, acc, nacc)
+        _put_tail(row, pos, acc, nacc)
 
 
 def pack_fixed(codes, width: int) -> np.ndarray:

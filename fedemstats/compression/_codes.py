@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._bits import MAX_CODE_WIDTH, _flush, _get, _put
+from ._bits import MAX_CODE_WIDTH, _flush, _get, _put, _put_tail, _put_word
 
 __all__ = ["RICE_K_BITS", "elias_row_bits", "pack_elias", "unpack_elias", "rice_parameters", "pack_rice",
            "unpack_rice"]
@@ -176,18 +176,6 @@ def rice_parameters(levels) -> tuple:
     return ks, bits
 
 
-@njit(cache=True)
-def _put_word(row, pos, acc, nacc):
-    # the accumulator's top 32 of its nacc (32..64) bits go out, most significant byte first
-    nacc -= _WORD
-    word = acc >> np.uint64(nacc)
-    row[pos] = (word >> np.uint64(24)) & _U_BYTE
-    row[pos + 1] = (word >> np.uint64(16)) & _U_BYTE
-    row[pos + 2] = (word >> np.uint64(8)) & _U_BYTE
-    row[pos + 3] = word & _U_BYTE
-    return pos + 4, acc & ((_U1 << np.uint64(nacc)) - _U1), nacc
-
-
 @njit(cache=True, parallel=True)
 def _pack_rice_kernel(levels, ks, out):
     # a code is at most 1 + 31 + 1 bits after its zeros, so the accumulator (< 32 bits between
@@ -218,14 +206,7 @@ def _pack_rice_kernel(levels, ks, out):
             nacc += width
             if nacc >= _WORD:
                 pos, acc, nacc = _put_word(row, pos, acc, nacc)
-        while nacc > 0:
-            if nacc >= _BYTE:
-                nacc -= _BYTE
-                row[pos] = (acc >> np.uint64(nacc)) & _U_BYTE
-            else:
-                row[pos] = (acc << np.uint64(_BYTE - nacc)) & _U_BYTE
-                nacc = 0
-            pos += 1
+        _put_tail(row, pos, acc, nacc)
 
 
 def pack_rice(levels, ks, row_bits) -> np.ndarray:

@@ -98,7 +98,12 @@ class Compressor:
         overrides it to take the decoded rows from its own quantisation instead of decoding
         its message again; the values are the same (tests)."""
         message = self.compress(x, rng, blocks)
-        return message, self.decompress(message), self.noise_estimate(message)
+        return (message, *self.decompress_and_noise(message))
+
+    def decompress_and_noise(self, message: Message) -> tuple:
+        """``(decompress(message), noise_estimate(message))``; a compressor with a costly
+        decoding overrides it to decode once."""
+        return self.decompress(message), self.noise_estimate(message)
 
     def omega(self, q: int, blocks=None) -> float:
         """Variance bound: ``E||Q(x)||^2 <= (1 + omega) ||x||^2`` for x in R^q."""

@@ -194,12 +194,23 @@ class RandomDithering(Compressor):
         """:meth:`compress` and the decoded rows and noise estimate from the levels drawn
         (no decoding of the message); see :meth:`Compressor.compress_decoded`."""
         levels, norms, bl = self._quantise(x, rng, blocks)
-        message = self._pack(levels, norms, bl)
         signed = levels - self.s if self.coding == "fixed" else levels
-        decoded = expand_scale(signed, norms, bl, 1.0 / self.s)
-        noise = norm2_estimate(decoded, norms) if self.r == 2 else max_norm_estimate(decoded, signed, norms, bl,
-                                                                                     self.s)
-        return message, decoded, noise
+        return (self._pack(levels, norms, bl), *self._values_and_noise(signed, norms, bl, self.s, self.r))
+
+    def decompress_and_noise(self, message: Message) -> tuple:
+        """:meth:`decompress` and :meth:`noise_estimate` from one decoding of the levels."""
+        self._check_codec(message)
+        bl = np.asarray(message.meta["blocks"], dtype=np.int64)
+        return self._values_and_noise(self._levels(message), message.arrays["norms"], bl, message.meta["s"],
+                                      message.meta["r"])
+
+    @staticmethod
+    def _values_and_noise(levels, norms, bl, s, r) -> tuple:
+        """(decoded rows, (signal², noise²)) of signed ``levels`` under ``norms``."""
+        decoded = expand_scale(levels, norms, bl, 1.0 / s)
+        if r == 2:
+            return decoded, norm2_estimate(decoded, norms)
+        return decoded, max_norm_estimate(decoded, levels, norms, bl, s)
 
     def _quantise(self, x, rng, blocks):
         """(levels int32 (n_rows, q), float32 norms (n_rows, n_blocks), blocks); levels are
@@ -292,14 +303,7 @@ class RandomDithering(Compressor):
           noise_sq = Σ_b (N_b/s)² (#{|l_j| = 1} + #{|l_j| >= 2}/4); s = 1 is block-p
           with p = inf and uses its bound (derivations in ``_noise``).
         """
-        self._check_codec(message)
-        norms, s = message.arrays["norms"], message.meta["s"]
-        bl = np.asarray(message.meta["blocks"], dtype=np.int64)
-        levels = self._levels(message)
-        decoded = expand_scale(levels, norms, bl, 1.0 / s)
-        if message.meta["r"] == 2:
-            return norm2_estimate(decoded, norms)
-        return max_norm_estimate(decoded, levels, norms, bl, s)
+        return self.decompress_and_noise(message)[1]
 
     def row_bits(self, message: Message) -> np.ndarray:
         """``norm_bits`` per block norm + the level code (fixed width, or the exact Rice or Elias length)."""
