@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from fedemstats.compression import (
-    BlockP, Identity, RandK, RandomDithering, make_compressor, message_from_record,
-    message_to_record,
+    BlockP, Identity, RandK, RandomDithering, make_compressor,
 )
 from fedemstats.compression._bits import pack_fixed, unpack_fixed
 
@@ -218,24 +217,33 @@ def test_encode_decode_round_trip_and_exact_lengths(name):
 
 
 @pytest.mark.parametrize("name", sorted(COMPRESSORS))
-def test_message_is_compact_and_rebuilds_from_record(name):
+def test_message_is_compact_and_rebuilds_from_its_encoded_bytes(name):
     comp = COMPRESSORS[name]
     x = np.vstack([_x(seed=s) for s in range(4)])
     msg = comp.compress(x, np.random.default_rng(6), BLOCKS)
     assert all(isinstance(a, np.ndarray) and a.dtype.kind in "uif" for a in msg.arrays.values())
     assert not any(a.dtype == np.float64 and a.shape == x.shape for a in msg.arrays.values())
-    arrays, meta = message_to_record(msg)
-    np.testing.assert_array_equal(comp.decompress(message_from_record(arrays, meta)), comp.decompress(msg))
+    back = comp.decode(comp.encode(msg), x.shape[1], BLOCKS)
+    np.testing.assert_array_equal(comp.decompress(back), comp.decompress(msg))
     np.testing.assert_array_equal(comp.decompress(msg.rows([2, 0])), comp.decompress(msg)[[2, 0]])
 
 
 def test_decode_rejects_wrong_payloads():
     comp = RandomDithering(s=4)
     payload = comp.encode(comp.compress(_x(), np.random.default_rng(0)))[0]
-    with pytest.raises(ValueError, match="payload"):
+    with pytest.raises(ValueError, match="payload length|Rice payload"):
         comp.decode([payload[:-1]], 18)
-    with pytest.raises(ValueError, match="payload"):
-        comp.decode([payload[:4] + b"\xff" * (len(payload) - 4)], 18)  # code 15 > 2s
+    with pytest.raises(ValueError, match="payload length"):
+        comp.decode([payload + b"\x00"], 18)
+    with pytest.raises(ValueError, match="level above s"):
+        comp.decode([payload[:2] + b"\xff" * (len(payload) - 2)], 18)  # one 16-bit norm, then ones
+    fixed = RandomDithering(s=4, coding="fixed")
+    with pytest.raises(ValueError, match="level is outside"):
+        fixed.decode([payload[:2] + b"\xff" * 9], 18)  # 4-bit code 15 is level 11 > s
+    values = Identity().encode(Identity().compress(_x()))[0]
+    for bad in (values[:-1], values + b"\x00" * 8):
+        with pytest.raises(ValueError, match="identity payloads must be 144 bytes"):
+            Identity().decode([bad], 18)
     with pytest.raises(ValueError, match="rand-k payloads"):
         RandK(k=5).decode([payload], 18)
     with pytest.raises(ValueError, match="block-p"):

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip install 'fedemstats[flower]'")
 
-from flwr.app import MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, MetricRecord, RecordDict  # noqa: E402
 
 from fedemstats.compression import make_compressor  # noqa: E402
 from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem  # noqa: E402
 from fedemstats.flower import protocol as P  # noqa: E402
-from fedemstats.flower.records import compressed_to_records, from_array_record, to_array_record  # noqa: E402
+from fedemstats.flower.records import compressed_to_record, to_array_record  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.testing import LocalGrid, write_partitions  # noqa: E402
 from fedemstats.flower.validation import (InvalidReply, check_description, check_round_reply,  # noqa: E402
@@ -49,9 +49,8 @@ def _flower_env(tmp_path, monkeypatch):
 Q, BLOCKS = 30, np.array([0, 10, 30])
 
 
-def _content(message, loglik=-1.5, pid=3, rows=40):
-    arrays, meta = compressed_to_records(message)
-    return RecordDict({P.PAYLOAD: arrays, P.PAYLOAD_META: meta,
+def _content(comp, message, loglik=-1.5, pid=3, rows=40):
+    return RecordDict({P.PAYLOAD: compressed_to_record(comp, message),
                        P.METRICS: MetricRecord({P.PARTITION_ID: pid, "n-rows": rows, "loglik": loglik})})
 
 
@@ -60,62 +59,69 @@ def _honest(spec, q=Q, blocks=BLOCKS):
     return comp, comp.compress(np.random.default_rng(1).normal(size=(1, q)), np.random.default_rng(2), blocks)
 
 
-def _with_array(content, name, fn):
-    arrays = from_array_record(content[P.PAYLOAD])
-    arrays[name] = fn(arrays[name])
-    content[P.PAYLOAD] = to_array_record(**arrays)
+def _with_bytes(content, fn):
+    """``content`` with its payload's encoded bytes replaced by ``fn(bytes)``."""
+    record = content[P.PAYLOAD]
+    content[P.PAYLOAD] = ConfigRecord({**dict(record), "bytes": fn(record["bytes"])})
     return content
 
 
 @pytest.mark.parametrize("spec", ["identity", "dither:s=4", "dither:s=4,coding=fixed", "dither:s=4,coding=elias",
-                                  "dither:s=3,r=inf",
+                                  "dither:s=3,r=inf", "dither:s=8",
                                   "blockp:p=2", "randk:k=5"])
-def test_honest_reply_is_accepted(spec):
+def test_honest_reply_is_accepted_and_travels_as_its_encoded_bytes(spec):
     comp, msg = _honest(spec)
-    message, loglik = check_round_reply(_content(msg), comp, Q, BLOCKS, 3, 40)
+    content = _content(comp, msg)
+    # what travels is Compressor.encode's row: ceil(bits / 8) bytes, as the ledger counts them
+    assert content[P.PAYLOAD]["bytes"] == comp.encode(msg)[0]
+    assert len(content[P.PAYLOAD]["bytes"]) == -(-comp.bits(msg) // 8)
+    message, loglik = check_round_reply(content, comp, Q, BLOCKS, 3, 40)
     np.testing.assert_array_equal(comp.decompress(message), comp.decompress(msg))
     assert loglik == -1.5
 
 
-def _nan_first(a):
-    a = a.copy()
-    a.flat[0] = np.nan
-    return a
+def _at(offset, new):
+    """Bytes with ``new`` written at ``offset``."""
+    return lambda b: b[:offset] + new + b[offset + len(new):]
 
 
-def _set_first(value):
-    def fn(a):
-        a = a.copy()
-        a.flat[0] = value
-        return a
-    return fn
+#: the first float32 norm's sign bit (little endian: the fourth byte's top bit)
+def _negative_first_norm(b):
+    return b[:3] + bytes([b[3] | 0x80]) + b[4:]
 
 
-# (compressor, array, corruption, words of the reason)
+#: where the level code starts after the norms of BLOCKS' two blocks: 16-bit norms at s <= 4
+SHORT_HEAD, FLOAT_HEAD = 2 * 2, 2 * 4
+
+# (compressor, corruption of the encoded bytes, words of the reason)
 BAD_PAYLOADS = {
-    "nan-norm": ("dither:s=4", "norms", _nan_first, "NaN"),
-    "inf-value": ("identity", "values", _set_first(np.inf), "NaN or inf"),
-    "negative-norm": ("dither:s=4", "norms", lambda a: -a, "negative"),
-    "short-codes": ("dither:s=4,coding=fixed", "codes", lambda a: a[:, :-1], "shape"),
-    "short-rice": ("dither:s=4", "codes", lambda a: a[:, :-1], "length"),
-    "long-rice": ("dither:s=4", "codes", lambda a: np.hstack([a, a[:, :1]]), "length"),
-    "rice-code-bits": ("dither:s=4", "code_bits", lambda a: a + 1, "length"),
-    "long-values": ("identity", "values", lambda a: np.hstack([a, a[:, :1]]), "shape"),
-    "float32-values": ("identity", "values", lambda a: a.astype(np.float32), "dtype"),
-    "level-above-s": ("dither:s=4,coding=fixed", "codes", lambda a: np.full_like(a, 0xFF), "level"),
-    "rice-level-above-s": ("dither:s=4", "codes", lambda a: np.full_like(a, 0xFF), "level above s"),
-    "bad-base3-byte": ("blockp:p=2", "codes", lambda a: np.full_like(a, 250), "base-3"),
-    "truncated-elias": ("dither:s=4,coding=elias", "codes", lambda a: a[:, :1], "Elias"),
-    "nan-randk": ("randk:k=5", "values", _nan_first, "NaN"),
-    "inf-norm": ("blockp:p=2", "norms", _set_first(np.inf), "NaN or inf"),
+    "nan-short-norm": ("dither:s=4", _at(0, b"\xff\xff"), "NaN"),
+    "nan-float-norm": ("dither:s=8", _at(0, b"\xff" * 4), "NaN"),
+    "negative-norm": ("dither:s=8", _negative_first_norm, "negative"),
+    "inf-value": ("identity", _at(0, np.array([np.inf]).tobytes()), "NaN or inf"),
+    "short-fixed": ("dither:s=4,coding=fixed", lambda b: b[:-1], "length"),
+    "short-rice": ("dither:s=4", lambda b: b[:-1], "length|Rice"),
+    "long-rice": ("dither:s=4", lambda b: b + b"\x00", "length"),
+    "long-values": ("identity", lambda b: b + b[:8], "bytes"),
+    "odd-values": ("identity", lambda b: b[:-3], "bytes"),
+    "level-above-s": ("dither:s=4,coding=fixed", lambda b: b[:SHORT_HEAD] + b"\xff" * (len(b) - SHORT_HEAD),
+                      "level"),
+    "rice-level-above-s": ("dither:s=4", lambda b: b[:SHORT_HEAD] + b"\xff" * (len(b) - SHORT_HEAD),
+                           "level above s"),
+    "bad-base3-byte": ("blockp:p=2", lambda b: b[:FLOAT_HEAD] + bytes([250]) * (len(b) - FLOAT_HEAD), "base-3"),
+    "truncated-elias": ("dither:s=4,coding=elias", lambda b: b[:SHORT_HEAD + 1], "Elias|length"),
+    "nan-randk": ("randk:k=5", _at(8, np.array([np.nan]).tobytes()), "NaN"),
+    "inf-norm": ("blockp:p=2", _at(0, np.array([np.inf], dtype="<f4").tobytes()), "NaN or inf"),
+    "too-short-for-norms": ("dither:s=4", lambda b: b[:1], "too short|length"),
+    "empty": ("randk:k=5", lambda b: b"", "bytes"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_PAYLOADS))
 def test_bad_payload_is_refused_with_reason(kind):
-    spec, name, corrupt, words = BAD_PAYLOADS[kind]
+    spec, corrupt, words = BAD_PAYLOADS[kind]
     comp, msg = _honest(spec)
-    content = _with_array(_content(msg), name, corrupt)
+    content = _with_bytes(_content(comp, msg), corrupt)
     with pytest.raises(InvalidReply, match=words):
         check_round_reply(content, comp, Q, BLOCKS, 3, 40)
 
@@ -123,25 +129,26 @@ def test_bad_payload_is_refused_with_reason(kind):
 def test_bad_envelope_is_refused_with_reason():
     comp, msg = _honest("dither:s=4")
     cases = {
-        "partition": (_content(msg, pid=4), "partition 4"),
-        "rows": (_content(msg, rows=41), "41 rows"),
-        "nan loglik": (_content(msg, loglik=float("nan")), "loglik"),
+        "partition": (_content(comp, msg, pid=4), "partition 4"),
+        "rows": (_content(comp, msg, rows=41), "41 rows"),
+        "nan loglik": (_content(comp, msg, loglik=float("nan")), "loglik"),
     }
-    no_payload = _content(msg)
+    no_payload = _content(comp, msg)
     del no_payload[P.PAYLOAD]
     cases["no payload"] = (no_payload, "no 'payload'")
-    meta = _content(msg)
-    meta[P.PAYLOAD_META]["s"] = 8  # claims other levels than the server's compressor
-    cases["meta"] = (meta, "meta")
-    codec = _content(msg)
-    codec[P.PAYLOAD_META]["codec"] = "identity"
+    codec = _content(comp, msg)
+    codec[P.PAYLOAD] = ConfigRecord({**dict(codec[P.PAYLOAD]), "codec": "identity"})
     cases["codec"] = (codec, "identity")
+    not_bytes = _content(comp, msg)
+    not_bytes[P.PAYLOAD] = ConfigRecord({"codec": "dither", "bytes": "text"})
+    cases["not bytes"] = (not_bytes, "not bytes")
     for name, (content, words) in cases.items():
         with pytest.raises(InvalidReply, match=words):
             check_round_reply(content, comp, Q, BLOCKS, 3, 40)
-    # the server's blocks, not the message's, decide: the same message under other blocks is refused
-    with pytest.raises(InvalidReply, match="meta"):
-        check_round_reply(_content(msg), comp, Q, np.array([0, 15, 30]), 3, 40)
+    # the server's blocks, not the sender's, decide how the bytes are read: a reply coded for
+    # two blocks does not fit three
+    with pytest.raises(InvalidReply, match="length"):
+        check_round_reply(_content(comp, msg), comp, Q, np.array([0, 10, 20, 30]), 3, 40)
 
 
 def test_round_zero_and_description_checks():

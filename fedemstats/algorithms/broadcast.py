@@ -180,8 +180,8 @@ def replay(algorithm, s_hat, prev, updates):
     prev : ndarray of shape (q,) or None
         The iterate before its last non-revert update (where a revert returns).
     updates : list of (kind, payload)
-        In order; ``kind`` in :data:`UPDATE_KINDS`, ``payload`` a Message ("message"), an
-        array ("float") or None.
+        In order; ``kind`` in :data:`UPDATE_KINDS`, ``payload`` a Message or its encoded
+        ``bytes`` ("message"), an array ("float") or None.
 
     Returns
     -------
@@ -196,7 +196,10 @@ def replay(algorithm, s_hat, prev, updates):
         prev = s_hat
         if kind == "message":
             coords = algorithm.client_geometry(algorithm.model.t_map(s_hat), s_hat)
-            s_hat = s_hat + coords.inverse(algorithm.broadcast.compressor.decompress(payload))[0]
+            compressor = algorithm.broadcast.compressor
+            if isinstance(payload, bytes):  # as a framework carries it: Compressor.encode's row
+                payload = compressor.decode([payload], algorithm.model.q, coords.blocks)
+            s_hat = s_hat + coords.inverse(compressor.decompress(payload))[0]
         elif kind == "float":
             s_hat = s_hat + np.asarray(payload, dtype=np.float64)
         elif kind != "zero":

@@ -1,5 +1,4 @@
 """Unbiased compressors with exact bit accounting (SPEC §6)."""
-from ._bits import message_from_record, message_to_record
 from .base import Compressor, Identity, Message
 from .block_p import BlockP
 from .dithering import RandomDithering
@@ -9,5 +8,5 @@ from .streams import ClientStreams
 
 __all__ = [
     "Compressor", "Identity", "Message", "RandomDithering", "BlockP", "RandK",
-    "make_compressor", "REGISTRY", "message_to_record", "message_from_record", "ClientStreams",
+    "make_compressor", "REGISTRY", "ClientStreams",
 ]

@@ -1,11 +1,8 @@
 """Wire-format helpers shared by the compressors (SPEC §6).
 
 Bit packing (fixed width, most significant bit first; the variable-length level codes
-are in :mod:`._codes`), block norms sent as float32 rounded *up*, block-boundary
-checks, and the conversion of
-a :class:`~fedemstats.compression.base.Message` to and from a pair
-``(arrays, meta)`` that a framework such as Flower can carry
-(``ArrayRecord`` + ``ConfigRecord``).
+are in :mod:`._codes`), block norms sent as float32 (or 16 bits) rounded *up*, the byte
+layout of a row's norms, and block-boundary checks.
 
 The bit writers keep a small integer accumulator that is flushed byte by byte,
 so at most ``7 + MAX_CODE_WIDTH`` bits are ever held: that is why a single
@@ -16,13 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import Message
-
 __all__ = [
     "MAX_CODE_WIDTH", "NORM_BITS", "SHORT_NORM_BITS", "wire_norms_up", "check_wire_norms", "check_blocks",
     "split_blocks", "block_norms", "float32_norms_up",
     "fixed_width", "pack_fixed", "unpack_fixed", "expand_scale", "norm_bytes", "split_norms", "stack_padded",
-    "message_to_record", "message_from_record",
 ]
 
 #: largest number of bits written by one call of the bit writer (see module docstring)
@@ -300,24 +294,3 @@ def stack_padded(chunks) -> np.ndarray:
     for i, c in enumerate(chunks):
         out[i, : len(c)] = np.frombuffer(c, dtype=np.uint8)
     return out
-
-
-def message_to_record(message: Message) -> tuple:
-    """Split a Message into ``(arrays, meta)`` for a framework record.
-
-    ``arrays`` are the message's NumPy arrays as-is (e.g. a Flower ``ArrayRecord``);
-    ``meta`` holds ``codec``, ``n_rows``, ``q`` and the message meta, with block
-    boundaries as a list of ints (a Flower ``ConfigRecord`` accepts these types).
-    """
-    meta = {"codec": message.codec, "n_rows": int(message.n_rows), "q": int(message.q)}
-    for key, value in message.meta.items():
-        meta[key] = list(value) if isinstance(value, (tuple, list)) else value
-    return dict(message.arrays), meta
-
-
-def message_from_record(arrays: dict, meta: dict) -> Message:
-    """Inverse of :func:`message_to_record`."""
-    rest = {k: (tuple(v) if isinstance(v, list) else v) for k, v in meta.items()
-            if k not in ("codec", "n_rows", "q")}
-    arrs = {k: np.asarray(v) for k, v in arrays.items()}
-    return Message(str(meta["codec"]), int(meta["n_rows"]), int(meta["q"]), arrs, rest)

@@ -315,5 +315,9 @@ class Identity(Compressor):
         return [row.tobytes() for row in message.arrays["values"]]
 
     def decode(self, payloads, q, blocks=None):
+        """Inverse of :meth:`encode`; ValueError if a payload is not ``q`` values long."""
+        size = int(q) * np.dtype(self.dtype).itemsize
+        if any(len(p) != size for p in payloads):
+            raise ValueError(f"identity payloads must be {size} bytes (q={q} {self.dtype} values).")
         values = np.vstack([np.frombuffer(p, dtype=self.dtype, count=q) for p in payloads])
         return Message(self.name, values.shape[0], q, {"values": values})

@@ -341,6 +341,9 @@ class RandomDithering(Compressor):
         else:
             arrays["code_bits"], expected = code_bits, -(-code_bits // 8)
         lengths = np.array([len(p[1]) for p in parts], dtype=np.int64)
-        if np.any(lengths != expected) or (levels.size and np.abs(levels).max() > self.s):
-            raise ValueError("payload does not match this dithering's q, s, coding and blocks.")
+        if np.any(lengths != expected):
+            raise ValueError(f"payload length does not match this dithering's q={q}, s={self.s}, "
+                             f"coding={self.coding!r} and {bl.size - 1} blocks.")
+        if levels.size and np.abs(levels).max() > self.s:
+            raise ValueError(f"a dithering level is outside [-{self.s}, {self.s}].")
         return self._message(len(parts), q, arrays, bl)

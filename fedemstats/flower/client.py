@@ -19,13 +19,14 @@ from .._validation import check_array_2d
 from ..algorithms import FedEM
 from ..algorithms.broadcast import replay
 from ..algorithms.server import client_update
+from ..algorithms.start import round0_compressor
 from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
 from .node_state import NO_ROUND, NodeState, load_state, save_state
-from .records import (compressed_from_records, compressed_to_records, from_array_record, params_from_records,
+from .records import (compressed_from_record, compressed_to_record, from_array_record, params_from_records,
                       to_array_record)
 from .updates import updates_from_records
 
@@ -152,16 +153,15 @@ class _Node:
             stats, loglik = model.client_stats(fed, theta0)
             compressed, _ = algo.start_upload(stats, a0, geometry0, entropy, client, "upload")
         else:
-            s0 = algo.received_start(a0, geometry0, compressed_from_records(content[P.PAYLOAD],
-                                                                            content[P.PAYLOAD_META]))
+            broadcast = compressed_from_record(content[P.PAYLOAD], round0_compressor(), model.q, geometry0.blocks)
+            s0 = algo.received_start(a0, geometry0, broadcast)
             theta1 = model.t_map(s0)
             stats, loglik = model.client_stats(fed, theta1)
             compressed, q_rows = algo.start_upload(stats, s0, model.geometry(theta1, s0), entropy, client,
                                                    "mean-field")
             save_state(context, NodeState(entropy, 0, s0, q_rows[0]))
-        payload, payload_meta = compressed_to_records(compressed)
         return _reply(message, metrics={**metrics, "loglik": float(loglik[0])},
-                      **{P.PAYLOAD: payload, P.PAYLOAD_META: payload_meta})
+                      **{P.PAYLOAD: compressed_to_record(round0_compressor(), compressed)})
 
     def train(self, message: Message, context: Context) -> Message:
         """One FedEM round: bring Ŝ up to date, S_i at T(Ŝ_k), q_i = P⁻¹ Quant(P Δ_i) via
@@ -178,10 +178,9 @@ class _Node:
                                               float(config["alpha"]), streams, algo.client_geometry(theta, node.s_hat))
         node.pending, node.pending_round = float(config["alpha"]) * q_rows[0], int(config["round"])
         save_state(context, node)
-        payload, payload_meta = compressed_to_records(compressed)
         return _reply(message, metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
                                         "loglik": float(loglik[0])},
-                      **{P.PAYLOAD: payload, P.PAYLOAD_META: payload_meta})
+                      **{P.PAYLOAD: compressed_to_record(algo.compressor, compressed)})
 
     @staticmethod
     def _updated_state(content, context, algo) -> NodeState:

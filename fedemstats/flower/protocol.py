@@ -23,7 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "DESCRIBE", "STATS", "ROUND", "CONFIG", "SPEC", "ARRAYS", "PARAMS", "PARAMS_META",
-    "PAYLOAD", "PAYLOAD_META", "METRICS", "PARTITION_ID", "NUM_PARTITIONS", "DATA_PATH", "DATA_DIR",
+    "PAYLOAD", "METRICS", "PARTITION_ID", "NUM_PARTITIONS", "DATA_PATH", "DATA_DIR",
     "UPDATES", "UPDATES_META", "STATE_ERROR",
 ]
 
@@ -37,11 +37,11 @@ SPEC = "spec"              # ConfigRecord: the problem's public spec
 ARRAYS = "arrays"          # ArrayRecord: shift, s_hat, v (instruction) / stats, mean, scatter (reply)
 PARAMS = "params"          # ArrayRecord: arrays of θ (train.stats)
 PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
-PAYLOAD = "payload"        # ArrayRecord: compact compressed Δ_i (round 0: the broadcast of Ŝ_0, or a dithered upload)
-PAYLOAD_META = "payload-meta"  # ConfigRecord: codec, n_rows, q and codec meta
+PAYLOAD = "payload"        # ConfigRecord: codec name and encoded bytes of the compressed Δ_i (round 0: the
+                           # broadcast of Ŝ_0, or a dithered upload); flower/records.py
 METRICS = "metrics"        # MetricRecord: partition-id, n-rows, loglik
-UPDATES = "updates"        # ArrayRecord: the broadcast updates base+1 ... k (flower/updates.py)
-UPDATES_META = "updates-meta"  # ConfigRecord: their kinds and message meta
+UPDATES = "updates"        # ArrayRecord: the float64 steps among the broadcast updates base+1 ... k (flower/updates.py)
+UPDATES_META = "updates-meta"  # ConfigRecord: their kinds and the encoded bytes of the compressed steps
 
 #: starts the error of a node whose state does not match the instruction (resynchronise it)
 STATE_ERROR = "fedem-state-mismatch"

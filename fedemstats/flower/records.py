@@ -1,8 +1,9 @@
 """Conversions between fedemstats objects and Flower records (no pickle anywhere).
 
 Everything that travels is either a NumPy array in an ``ArrayRecord`` (Flower
-serialises it with ``numpy.save`` semantics, never with pickle) or a scalar /
-list of scalars in a ``ConfigRecord`` / ``MetricRecord``. Parameter sets are
+serialises it with ``numpy.save`` semantics, never with pickle), a scalar / list of
+scalars in a ``ConfigRecord`` / ``MetricRecord``, or a compressed row's encoded
+``bytes`` (:meth:`fedemstats.compression.Compressor.encode`) in a ``ConfigRecord``. Parameter sets are
 rebuilt only for dataclass types on an explicit allow-list
 (:data:`PARAMS_TYPES`), so a message can never name an arbitrary class.
 """
@@ -14,12 +15,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from ..compression import message_from_record, message_to_record
 from ..models.gmm_params import GMMParams
 
 __all__ = [
     "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",
-    "compressed_to_records", "compressed_from_records", "params_to_records",
+    "compressed_to_record", "compressed_from_record", "params_to_records",
     "params_from_records", "wire_bytes",
 ]
 
@@ -27,6 +27,8 @@ __all__ = [
 PARAMS_TYPES = {"GMMParams": GMMParams}
 #: ConfigRecord key naming the parameter class
 _TYPE_KEY = "__type__"
+#: ConfigRecord keys of a compressed payload: the codec's name and the encoded row
+_CODEC_KEY, _BYTES_KEY = "codec", "bytes"
 
 
 def register_params_type(cls) -> None:
@@ -46,19 +48,35 @@ def from_array_record(record: ArrayRecord) -> dict:
     return {k: v.numpy() for k, v in record.items()}
 
 
-def compressed_to_records(message):
-    """A compressor :class:`~fedemstats.compression.Message` as (ArrayRecord, ConfigRecord).
+def compressed_to_record(compressor, message) -> ConfigRecord:
+    """One row of a compressor :class:`~fedemstats.compression.Message` as it travels: the
+    bytes of :meth:`~fedemstats.compression.Compressor.encode` (``ceil(row_bits / 8)`` of
+    them, what the ledger counts) and the codec's name, in one ``ConfigRecord``.
 
-    The compact payload arrays travel as they are (e.g. packed uint8 levels and
-    float32 norms), so the bytes on the wire shrink with the compression.
+    A ``ConfigRecord`` carries ``bytes`` as they are; an ``ArrayRecord`` would add a NumPy
+    header and an array object per payload array, several times a 4-bit payload's size.
     """
-    arrays, meta = message_to_record(message)
-    return to_array_record(**arrays), ConfigRecord(meta)
+    if message.n_rows != 1:
+        raise ValueError(f"a payload carries one row; got {message.n_rows}.")
+    return ConfigRecord({_CODEC_KEY: message.codec, _BYTES_KEY: compressor.encode(message)[0]})
 
 
-def compressed_from_records(arrays: ArrayRecord, meta: ConfigRecord):
-    """Inverse of :func:`compressed_to_records`."""
-    return message_from_record(from_array_record(arrays), dict(meta))
+def compressed_from_record(record: ConfigRecord, compressor, q, blocks):
+    """Inverse of :func:`compressed_to_record` by the receiver's own ``compressor``, length
+    ``q`` and ``blocks`` (never the sender's claims).
+
+    Raises
+    ------
+    ValueError
+        If the codec is not ``compressor``'s, or the bytes are not a row it could have encoded
+        (:meth:`~fedemstats.compression.Compressor.decode`).
+    """
+    codec, payload = record.get(_CODEC_KEY), record.get(_BYTES_KEY)
+    if codec != compressor.name:
+        raise ValueError(f"the payload's codec is {codec!r}; this round's is {compressor.name!r}.")
+    if not isinstance(payload, bytes):
+        raise ValueError(f"the payload's {_BYTES_KEY!r} is {type(payload).__name__}, not bytes.")
+    return compressor.decode([payload], int(q), blocks)
 
 
 def params_to_records(theta):

@@ -29,7 +29,7 @@ from ..ledger import FLOAT64_BITS
 from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
-from .records import compressed_to_records, params_to_records, to_array_record, wire_bytes
+from .records import compressed_to_record, params_to_records, to_array_record, wire_bytes
 from .updates import updates_to_records
 from .validation import InvalidReply, check_round_reply, check_stats_reply, over_bound
 
@@ -105,7 +105,7 @@ class FedEMStrategy(Strategy):
         self.resync_v = np.full(n, not mean_field)
         self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j
         self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], refused_partitions=[], loglik=loglik,
-                        step_size=float("nan"), uplink_bits=0, reply_bytes=0)
+                        step_size=float("nan"), uplink_bits=0, reply_bytes=0, payload_bytes=0)
 
     def _collect_stats(self, grid, config, params=None, **arrays):
         """s̄_i of every client (uncompressed) at θ = ``params`` or at T(``s_hat``)."""
@@ -143,7 +143,7 @@ class FedEMStrategy(Strategy):
             if params is not None:
                 content[P.PARAMS], content[P.PARAMS_META] = params_to_records(params)
             if payload is not None:
-                content[P.PAYLOAD], content[P.PAYLOAD_META] = compressed_to_records(payload)
+                content[P.PAYLOAD] = compressed_to_record(round0_compressor(), payload)
             messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
         by_pid = {}
         # round 0 needs everyone, so it waits as long as for the nodes to connect
@@ -214,12 +214,13 @@ class FedEMStrategy(Strategy):
                 arrays["v"] = st.v_clients[client]
         content = self._content(client, config, **arrays)
         if not full:
-            content[P.UPDATES], content[P.UPDATES_META] = updates_to_records(self.updates[base + 1:], base + 1)
+            content[P.UPDATES], content[P.UPDATES_META] = updates_to_records(self.updates[base + 1:], base + 1,
+                                                                             self.algorithm.broadcast.compressor)
         self._pending_full[client] = full
         return content
 
     def _decode(self, replies, coords):
-        """client -> (message, loglik, reply bytes) of the valid replies of this round, and
+        """client -> (message, loglik, reply bytes, payload bytes) of the valid replies of this round, and
         client -> reason of the replies refused (:mod:`.validation`; logged)."""
         client_of_node, got, refused = self._pending["client_of_node"], {}, {}
         for reply in replies:
@@ -238,9 +239,9 @@ class FedEMStrategy(Strategy):
             except InvalidReply as exc:
                 refused[client] = str(exc)
                 continue
-            got[client] = (message, loglik, wire_bytes(reply))
+            got[client] = (message, loglik, wire_bytes(reply), len(reply.content[P.PAYLOAD]["bytes"]))
         if self.settings.contribution_bound:  # off (0) by default: no norm to decode then
-            norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, _, _) in got.items()}
+            norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, *_) in got.items()}
             for client, reason in over_bound(norms, self.settings.contribution_bound).items():
                 refused[client] = reason
                 del got[client]
@@ -284,7 +285,8 @@ class FedEMStrategy(Strategy):
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),
             failed_partitions=failed, refused_partitions=sorted(self.partitions[c] for c in refused),
             uplink_bits=int(bits) + int(idx.size) * FLOAT64_BITS,
-            reply_bytes=int(sum(got[int(i)][2] for i in idx)), downlink_bits=pend["downlink_bits"],
+            reply_bytes=int(sum(got[int(i)][2] for i in idx)), payload_bytes=int(sum(got[int(i)][3] for i in idx)),
+            downlink_bits=pend["downlink_bits"],
             downlink_bytes=pend["downlink_bytes"],
             **{k: _plain(v) for k, v in step.items()})
         metrics = {k: row[k] for k in ("n_sampled", "n_active", "uplink_bits", "downlink_bits", "reply_bytes")}

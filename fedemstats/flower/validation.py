@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import protocol as P
-from .records import compressed_from_records, from_array_record
+from .records import compressed_from_record, from_array_record
 
 __all__ = ["InvalidReply", "check_round_reply", "check_stats_reply", "check_description", "over_bound",
            "MIN_REPLIES_FOR_BOUND"]
@@ -92,7 +92,7 @@ def check_round_reply(content, compressor, q, blocks, partition_id, n_rows=None)
     _check_origin(content, partition_id, n_rows)
     loglik = _metric(content, "loglik", float)
     try:
-        message = compressed_from_records(_record(content, P.PAYLOAD), _record(content, P.PAYLOAD_META))
+        message = compressed_from_record(_record(content, P.PAYLOAD), compressor, q, blocks)
         compressor.validate(message, q, blocks)
     except InvalidReply:
         raise

@@ -17,11 +17,15 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from flwr.app import ConfigRecord
 from flwr.clientapp import ClientApp
 
+from fedemstats.compression import Message
 from fedemstats.flower import make_client_app
 from fedemstats.flower import protocol as P
-from fedemstats.flower.records import from_array_record, to_array_record
+from fedemstats.flower.client import _algorithm, _problem_from
+from fedemstats.flower.node_state import load_state
+from fedemstats.flower.records import from_array_record
 
 __all__ = ["FAULTS", "BLOW_UP", "RUN_CONFIG_KEY", "INJECTED", "parse_faults", "format_faults", "absent_of",
            "poison_mod", "poisoned_client_app"]
@@ -37,22 +41,37 @@ BLOW_UP = 2.0 ** 20
 INJECTED = "poison: round %d, partition %d: %s reply injected"
 
 
-def _nan(arrays):
-    arrays["norms"] = arrays["norms"].copy()
-    arrays["norms"][0, 0] = np.nan
+def _nan(payload, codec):
+    # the first norm's bytes (one float32, or two 16-bit norms) become all ones: NaN
+    return b"\xff" * 4 + payload[4:]
 
 
-def _blow_up(arrays):
+def _blow_up(payload, codec):
     # still well formed (finite norms of the wire's precision, legal levels): only the contribution bound can tell
-    arrays["norms"] = (arrays["norms"] * BLOW_UP).astype(np.float32)
+    comp, q, blocks = codec()
+    message = comp.decode([payload], q, blocks)
+    norms = (message.arrays["norms"] * BLOW_UP).astype(np.float32)
+    return comp.encode(Message(message.codec, 1, q, {**message.arrays, "norms": norms}, message.meta))[0]
 
 
-def _truncate(arrays):
-    arrays["codes"] = arrays["codes"][:, :-1]
+def _truncate(payload, codec):
+    return payload[:-1]
 
 
-#: fault kind -> corruption of the payload arrays of a dithering (``dither:s=...``) message
+#: fault kind -> corruption ``fault(payload, codec)`` of the encoded bytes of a dithering
+#: (``dither:s=...``) reply; ``codec()`` gives (compressor, q, blocks) as the node coded it
 FAULTS = {"nan": _nan, "blow-up": _blow_up, "wrong-length": _truncate}
+
+
+def _node_codec(message, context):
+    """(compressor, q, blocks) of the node's reply to ``message``: its geometry at its copy of
+    Ŝ_k, rebuilt as the node built it (:mod:`fedemstats.flower.client`)."""
+    content, config = message.content, message.content[P.CONFIG]
+    shift = from_array_record(content[P.ARRAYS])["shift"]
+    model = _problem_from(content, None).build_model(shift.size, shift)
+    algo = _algorithm(model, config)
+    node = load_state(context, int(config["entropy"]))
+    return algo.compressor, model.q, algo.client_geometry(model.t_map(node.s_hat), node.s_hat).blocks
 
 
 def parse_faults(text: str) -> dict:
@@ -99,9 +118,9 @@ def poison_mod(message, context, call_next):
     config = message.content[P.CONFIG]
     key = (int(config["round"]) + 1, int(config[P.PARTITION_ID]))
     if key in faults:
-        arrays = from_array_record(reply.content[P.PAYLOAD])
-        FAULTS[faults[key]](arrays)
-        reply.content[P.PAYLOAD] = to_array_record(**arrays)
+        record = reply.content[P.PAYLOAD]
+        payload = FAULTS[faults[key]](record["bytes"], lambda: _node_codec(message, context))
+        reply.content[P.PAYLOAD] = ConfigRecord({**dict(record), "bytes": payload})
         logger.warning(INJECTED, *key, faults[key])
     return reply
 
