@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from _hypothesis_profiles import profile
 from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer
+from fedemstats.models.factor import NOISE_REL_FLOOR
 
 SETTINGS = profile("estimators", default_examples=25, long_examples=500)  # examples per test
 
@@ -240,15 +241,18 @@ def test_the_same_seed_gives_the_same_result(data, seed, compressor):
 
 @pytest.mark.parametrize("column", [0.0, 1e5, -3.25])
 def test_factor_analysis_on_constant_columns_floors_the_noise_relative_to_the_data(column):
-    """A constant column's Ψ is the floor 1e-12 of the data's scale, in every unit."""
+    """A constant column's Ψ is the floor NOISE_REL_FLOOR of the data's scale, in every unit."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 4)) @ rng.normal(size=(4, 4))
     X[:, 2] = column
+    floors = []
     for c in (1.0, 2.0 ** -20, 2.0 ** 20):
         fa = FederatedFactorAnalysis(2, max_iter=50, random_state=0).fit(X * c)
         _finite(fa.components_, fa.noise_variance_, fa.score_samples(X * c))
-        assert 0 < fa.noise_variance_[2] / c ** 2 < 1e-10
+        floors.append(fa.noise_variance_[2] / c ** 2)
+        assert 0 < floors[-1] < 10 * NOISE_REL_FLOOR * X.var()
         assert np.abs(fa.components_[:, 2]).max() / c < 1e-5
+    np.testing.assert_allclose(floors, floors[0], rtol=1e-9)
 
 
 def test_factor_analysis_on_all_constant_data_fits():

@@ -201,7 +201,26 @@ def test_a_collapsing_step_is_cut_to_the_largest_safe_fraction(name):
     step = -0.9 * shrink_step(name, model, s_hat)  # t = 1 leaves 0.1x, t = 1/2 leaves 0.55x
     t = G.step_fraction(s_hat, step)
     assert t == 0.5
-    assert G._inside((s_hat + t * step)[None])[0] and not G._inside((s_hat + 2 * t * step)[None])[0]
+    # s_hat = E_θ[s]: every margin is 1 there, so the region is TRUST_RATIO itself
+    np.testing.assert_allclose(np.clip(G._margins(s_hat[None])[0], None, 1.0), 1.0, rtol=1e-12)
+    assert np.all(G._margins((s_hat + t * step)[None])[0] >= TRUST_RATIO)
+    assert not np.all(G._margins((s_hat + 2 * t * step)[None])[0] >= TRUST_RATIO)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_trust_region_is_relative_to_the_current_iterate(name):
+    """From an iterate whose margin is 0.4 (T repaired it: a floored variance or weight), a step
+    to 0.2 = half of it is inside (an absolute 0.25 cut it to t = 1/2, and froze fits whose
+    margin sat at 0.25); a step to 0.03 < 0.25 x 0.4 is cut to t = 1/2 (0.215)."""
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    shrink = shrink_step(name, model, s_hat)
+    s1 = s_hat - 0.6 * shrink
+    np.testing.assert_allclose(G._margins(s1[None]).min(), 0.4, rtol=1e-9)
+    assert G.step_fraction(s1, -0.2 * shrink) == 1.0
+    assert G.step_fraction(s1, -0.37 * shrink) == 0.5
+    # at the model's own statistics the bound is TRUST_RATIO itself
+    assert G.step_fraction(s_hat, -0.7 * shrink) == 1.0 and G.step_fraction(s_hat, -0.8 * shrink) == 0.5
 
 
 @pytest.mark.parametrize("name", CASES)

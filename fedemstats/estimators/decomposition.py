@@ -2,6 +2,7 @@
 that may hold missing values."""
 from __future__ import annotations
 
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -10,7 +11,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_missing_input, check_rng
-from ..models.factor import FactorAnalysisModel, FactorParams, factor_log_likelihood, factor_transform
+from ..models.factor import (NOISE_REL_FLOOR, FactorAnalysisModel, FactorParams, factor_log_likelihood,
+                             factor_transform)
 from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedFactorAnalysis", "ortho_rotation", "ROTATIONS"]
@@ -184,6 +186,12 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.noise_variance_ = theta.noise_variance
         self.mean_ = theta.mean
         self.loglike_ = (result.history["loglik"].to_numpy() * fed.n_rows).tolist()
+        floored = np.flatnonzero(model.at_noise_floor(result.state.s_hat))
+        if floored.size:
+            warnings.warn(f"the noise variance of feature(s) {floored.tolist()} is at its floor ({NOISE_REL_FLOOR:g} "
+                          "of the feature's variance): a Heywood case. Such a feature is constant or an (almost) "
+                          "exact linear combination of others, e.g. a duplicated column; drop it, or use fewer "
+                          "components.", UserWarning, stacklevel=2)
         return self
 
     def _n_factors(self, fed):

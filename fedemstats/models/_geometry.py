@@ -22,7 +22,8 @@ __all__ = ["Geometry", "IdentityGeometry", "TRUST_RATIO", "MAX_HALVINGS", "MIN_W
 log = logging.getLogger(__name__)
 
 #: A step is inside the trust region if, in the current model's whitened coordinates, every
-#: weight stays >= TRUST_RATIO x its current value and every whitened variance >= TRUST_RATIO.
+#: margin (a weight over its current value, a whitened variance, ...; 1 at the model's own
+#: statistics) stays >= TRUST_RATIO x its value at the current iterate (capped at 1).
 TRUST_RATIO = 0.25
 #: step_fraction tries t = 1, 1/2, ..., 2**-MAX_HALVINGS.
 MAX_HALVINGS = 12
@@ -129,7 +130,7 @@ def step_fractions() -> np.ndarray:
 class Geometry:
     """Invertible linear map P on statistic vectors (flat, layout order), from public θ and Ŝ.
 
-    Subclasses implement :meth:`forward`, :meth:`inverse` and :meth:`_inside`.
+    Subclasses implement :meth:`forward`, :meth:`inverse` and :meth:`_margins`.
 
     Attributes
     ----------
@@ -174,9 +175,17 @@ class Geometry:
         whitening is affine."""
         return self.inverse(y)
 
-    def _inside(self, points) -> np.ndarray:
-        """Whether each row of ``points`` (n, q), finite, is inside the trust region; (n,) bool."""
+    def _margins(self, points) -> np.ndarray:
+        """Trust-region margins of each row of ``points`` (n, q), finite: shape (n, m).
+
+        Each is 1 at the current model's own statistics E_θ[s] (a weight over its current
+        value, a whitened variance, a rate ratio, ...) and ``inf`` where nothing is checked.
+        """
         raise NotImplementedError
+
+    def _inside(self, points, floor) -> np.ndarray:
+        """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
+        return np.all(self._margins(points) >= floor, axis=1)
 
     def step_fraction(self, s_hat, step) -> float:
         """Largest t in {1, 1/2, ..., 2**-MAX_HALVINGS} with ``s_hat + t step`` inside the trust region.
@@ -191,13 +200,25 @@ class Geometry:
         -------
         float
             The fraction, or 0.0 if no candidate is inside (or the step is not finite).
+
+        Notes
+        -----
+        The region is relative to the current iterate: a margin may fall to TRUST_RATIO times
+        its value at ``s_hat`` (capped at 1), not below. At Ŝ = E_θ[s] every margin is 1 and
+        the region is TRUST_RATIO itself. Where T repaired Ŝ (a floored eigenvalue, noise
+        variance or rate: a constant column, exactly collinear columns, a count column of
+        zeros) Ŝ's own margin is below 1, and an absolute bound would refuse every step that
+        does not lift it, so a fit froze there; a margin that is not positive at Ŝ gives a
+        floor of 0 (Ŝ itself is then outside, see ``Algorithm._safe_step``).
         """
+        s_hat = np.asarray(s_hat, dtype=np.float64)
         t = step_fractions()
-        points = np.asarray(s_hat, dtype=np.float64)[None] + t[:, None] * np.asarray(step, dtype=np.float64)[None]
+        points = s_hat[None] + t[:, None] * np.asarray(step, dtype=np.float64)[None]
         finite = np.all(np.isfinite(points), axis=1)
         ok = np.zeros(t.size, dtype=bool)
         if finite.any():
-            ok[finite] = self._inside(points[finite])
+            floor = TRUST_RATIO * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
+            ok[finite] = self._inside(points[finite], floor)
         return float(t[np.argmax(ok)]) if ok.any() else 0.0
 
 
@@ -236,8 +257,8 @@ class IdentityGeometry(Geometry):
     def inverse(self, y):
         return as_rows(y).copy()
 
-    def _inside(self, points):
-        return np.ones(points.shape[0], dtype=bool)
+    def _margins(self, points):
+        return np.full((points.shape[0], 1), np.inf)
 
     def step_fraction(self, s_hat, step) -> float:
         """Always 1.0: the identity map has no model geometry to protect."""

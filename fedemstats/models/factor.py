@@ -31,11 +31,22 @@ __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_lo
            "factor_transform", "init_factor", "NOISE_REL_FLOOR"]
 
 #: Noise variances are floored at NOISE_REL_FLOOR times the square of the coordinate's
-#: public scale (its standard deviation; the data's scale for a constant column):
-#: scikit-learn floors at an absolute 1e-12 on unscaled data, a relative floor keeps the
-#: same protection against Heywood cases (Ψ_j → 0) whatever the units, so results are
-#: equivariant to rescaling; 1/Ψ_j in standardised units stays below 1e12.
-NOISE_REL_FLOOR = 1e-12
+#: public scale (its standard deviation; the data's scale for a constant column), so
+#: results are equivariant to rescaling. scikit-learn floors at an absolute 1e-12; at a
+#: relative 1e-12 a Heywood case (Ψ_j → 0: a duplicated or exactly collinear column) made
+#: 1/Ψ_j ~ 1e12 amplify the loadings' rounding into log-likelihoods of -4e5 per row and a
+#: non-monotone EM (wine with two columns duplicated); at 1e-6 EM stays monotone and
+#: converges to the Heywood boundary. (R's ``factanal`` bounds uniquenesses at 0.005.)
+NOISE_REL_FLOOR = 1e-6
+#: Relative slack of :meth:`FactorAnalysisModel.at_noise_floor` (the variance went through σ² and back).
+FLOOR_MATCH_RTOL = 1e-9
+
+
+def _noise_floor(sxx):
+    """Floor of each Ψ_j in standardised units: NOISE_REL_FLOOR max(|S_xx,j|, 1)."""
+    return NOISE_REL_FLOOR * np.maximum(np.abs(sxx), 1.0)
+
+
 #: Floor on the initial loading scale (λ - 1 in units of Ψ): a zero loading column is a
 #: fixed point of EM, so the initial loadings must not vanish.
 INIT_LOADING_FLOOR = 1e-2
@@ -246,10 +257,15 @@ class FactorAnalysisModel(Model):
         L, _, _ = safe_cholesky(symmetrize(parts["sum_zz"]))
         lam = linalg.cho_solve((L, True), parts["sum_xz"].T).T
         sxx = parts["sum_xx"]
-        psi = sxx - np.sum(lam * parts["sum_xz"], axis=1)
-        psi = np.maximum(psi, NOISE_REL_FLOOR * np.maximum(np.abs(sxx), 1.0))
+        psi = np.maximum(sxx - np.sum(lam * parts["sum_xz"], axis=1), _noise_floor(sxx))
         k, sd = self.n_factors, self.scale
         return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
+
+    def at_noise_floor(self, s) -> np.ndarray:
+        """Which noise variances of ``T(s)`` sit at their floor (a Heywood case, or a constant
+        column), bool of shape (n_features,)."""
+        sxx = self.unpack_stats(s)["sum_xx"]
+        return self.t_map(s).noise_variance / self.scale ** 2 <= _noise_floor(sxx) * (1.0 + FLOOR_MATCH_RTOL)
 
     def expected_stats(self, theta) -> np.ndarray:
         """E_θ[s] in standardised units: (diag(ΛΛᵀ) + Ψ + μ², [Λ, μ], I ⊕ 1) (E[z] = 0,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import (MAX_CONDITION, TRUST_RATIO, Geometry, build_geometry, log_fallback, min_eigenvalue,
+from ._geometry import (MAX_CONDITION, Geometry, build_geometry, log_fallback, min_eigenvalue,
                         split_blocks, whitening_factors)
 
 __all__ = ["FactorGeometry", "factor_geometry"]
@@ -77,13 +77,14 @@ class FactorGeometry(Geometry):
         sxx = self.psi * yxx + 2.0 * np.sum(self.lam * sxz, axis=-1) - np.sum(lam_szz * self.lam, axis=-1)
         return self._join(sxx, sxz, szz)
 
-    def _inside(self, points):
+    def _margins(self, points):
         yxx, yxz, yzz = self._split(self.forward(points))
-        z_ok = min_eigenvalue(yzz) >= TRUST_RATIO
-        Z = np.where(z_ok[:, None, None], yzz, np.eye(yzz.shape[-1]))
+        z_min = min_eigenvalue(yzz)
+        # a point whose S_z̃z̃ is not positive definite fails on z_min; its ratios use I instead
+        Z = np.where((z_min > 0.0)[:, None, None], yzz, np.eye(yzz.shape[-1]))
         # Ψ'_j / Ψ_j: the residual variance of e_j given w, in units of the current Ψ_j
         ratio = yxx - np.sum(yxz * np.swapaxes(np.linalg.solve(Z, np.swapaxes(yxz, 1, 2)), 1, 2), axis=-1)
-        return z_ok & np.all((ratio >= TRUST_RATIO) | self.fallback, axis=1)
+        return np.concatenate([z_min[:, None], np.where(self.fallback, np.inf, ratio)], axis=1)
 
 
 def factor_geometry(model, theta, s_hat) -> Geometry:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import TRUST_RATIO, Geometry, build_geometry, split_blocks, whitening_factors
+from ._geometry import Geometry, build_geometry, split_blocks, whitening_factors
 from .gmm_geometry import MomentWhitening
 
 __all__ = ["GaussianGeometry", "gaussian_geometry"]
@@ -72,9 +72,9 @@ class GaussianGeometry(Geometry):
         """Inverse of :meth:`whiten_point` (count 1), shape (m, q)."""
         return self._apply(y, 1, inverse=True)
 
-    def _inside(self, points):
+    def _margins(self, points):
         y1, y2 = self._split(self.whiten_point(points))
-        return self.map.min_variance(np.ones((y1.shape[0], 1)), y1[:, None], y2[:, None])[:, 0] >= TRUST_RATIO
+        return self.map.min_variance(np.ones((y1.shape[0], 1)), y1[:, None], y2[:, None])
 
 
 def gaussian_geometry(model, theta, s_hat) -> Geometry:

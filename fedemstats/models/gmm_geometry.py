@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import (MIN_WEIGHT, TRUST_RATIO, Geometry, as_rows, build_geometry, log_fallback,
+from ._geometry import (MIN_WEIGHT, Geometry, as_rows, build_geometry, log_fallback,
                         min_eigenvalue, split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
 from ._whiten_kernels import PackedWhitening
@@ -191,11 +191,11 @@ class GMMGeometry(Geometry):
             raise ValueError(f"expected last axis of length {self.layout.size}; got shape {x.shape}.")
         return self._packed.apply(x, forward)
 
-    def _inside(self, points):
+    def _margins(self, points):
         y0, y1, y2 = self._split(self.forward(points))
-        weights_ok = np.all((y0 >= TRUST_RATIO * self.s0) | self.unchecked, axis=1)
+        weights = np.where(self.unchecked, np.inf, y0 / self.s0)
         lam = self.map.min_variance(np.maximum(y0, RESP_FLOOR), y1, y2)
-        return weights_ok & np.all((lam >= TRUST_RATIO) | ~self.cov_checked, axis=1)
+        return np.concatenate([weights, np.where(self.cov_checked, lam, np.inf)], axis=1)
 
 
 def _whitened_reg(ct, L_inv, reg):

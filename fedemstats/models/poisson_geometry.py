@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, split_blocks
+from ._geometry import MIN_WEIGHT, Geometry, build_geometry, log_fallback, split_blocks
 from ._mixture import RESP_FLOOR
 
 __all__ = ["PoissonGeometry", "poisson_geometry"]
@@ -65,11 +65,11 @@ class PoissonGeometry(Geometry):
         """``P⁻¹ y`` for rows y (m, q) -> (m, q)."""
         return self._scaled(y, self.rates)
 
-    def _inside(self, points):
+    def _margins(self, points):
         s0, y1 = self._split(self.forward(points))
-        weights_ok = np.all((s0 >= TRUST_RATIO * self.s0) | self.unchecked, axis=1)
-        ratio = y1 / np.maximum(s0, RESP_FLOOR)[..., None]
-        return weights_ok & np.all((ratio >= TRUST_RATIO) | ~self.rate_checked, axis=(1, 2))
+        weights = np.where(self.unchecked, np.inf, s0 / self.s0)
+        ratio = np.where(self.rate_checked, y1 / np.maximum(s0, RESP_FLOOR)[..., None], np.inf)
+        return np.concatenate([weights, ratio.reshape(ratio.shape[0], -1)], axis=1)
 
 
 def poisson_geometry(model, theta, s_hat, rate_floor) -> Geometry:
