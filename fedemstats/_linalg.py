@@ -91,14 +91,21 @@ def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
 
 
 def safe_cholesky(A: np.ndarray, reg: float = 0.0):
-    """Lower Cholesky factor of ``A``, repairing ``A`` only if the factorisation fails or
-    leaves a pivot below ``EIG_REL_FLOOR`` times the largest variance.
+    """Lower Cholesky factor of ``A`` once every eigenvalue is at least the floor
+    ``max(reg, EIG_REL_FLOOR max|λ|, EIG_ABS_FLOOR)`` (:func:`eig_floor_value`).
+
+    ``A`` itself when it already is (bit-exact: the fast path of valid input), else
+    :func:`eigen_floor` ``(A, reg)``, which raises only the eigenvalues below the floor. The
+    result is a continuous function of ``A``: a repair triggered by a failed factorisation or
+    a small pivot used to jump the smallest eigenvalue up to the floor (twice it and more, on
+    columns duplicated in raw units), so an iterate crossing that line saw its log-likelihood
+    drop by 0.17 nats per row, and a compressed fit's watchdog undid every step across it.
 
     Parameters
     ----------
     A : ndarray of shape (d, d)
     reg : float
-        Lower bound of the eigenvalue floor used by the repair.
+        Lower bound of the eigenvalue floor.
 
     Returns
     -------
@@ -109,13 +116,16 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
     """
     try:
         L = linalg.cholesky(A, lower=True)
-        # λ_min ≤ every pivot L_jj²: a pivot below the floor means a matrix positive definite
-        # only by round-off (duplicated columns where reg is negligible next to the variances),
-        # whose inverse the next standardisation or conditional would not survive
-        if np.min(np.diagonal(L)) ** 2 >= EIG_REL_FLOOR * np.max(np.diagonal(A)):
+        # λ_min >= 1 / ||L⁻¹||_F² and max|λ| <= trace A: when the bound clears the largest floor
+        # possible, no eigenvalue is below it and no eigendecomposition is needed
+        L_inv, info = lapack.dtrtri(L, lower=1)
+        if info == 0 and 1.0 / np.sum(L_inv ** 2) >= eig_floor_value(np.trace(A), reg):
             return L, A, False
     except (linalg.LinAlgError, ValueError):
-        pass
+        L = None
+    w = np.linalg.eigvalsh(symmetrize(A)) if np.all(np.isfinite(A)) else None
+    if L is not None and w is not None and w[0] >= eig_floor_value(np.max(np.abs(w)), reg):
+        return L, A, False
     fixed = eigen_floor(A, reg)
     return linalg.cholesky(fixed, lower=True), fixed, True
 

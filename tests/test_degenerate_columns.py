@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_wine
 
-from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture
+from fedemstats._linalg import safe_cholesky, symmetrize
+from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer
 
 #: nats per row: issue 11's acceptance tolerance
 LL_TOL = 1e-3
@@ -70,3 +71,42 @@ def test_no_heywood_warning_on_a_well_posed_table():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         FederatedFactorAnalysis(3, algorithm="em", random_state=0).fit(X, groups=_wine_groups("tiny", X.shape[0]))
+
+
+def test_the_covariance_repair_is_continuous_across_the_floor():
+    """safe_cholesky raises exactly the eigenvalues below max(reg, 1e-10 max|λ|, 1e-12), whatever
+    the pivots say. It used to repair only when a pivot fell below the floor: with the smallest
+    eigenvalue below it and the pivots above, the matrix went through untouched, then the repair
+    jumped that eigenvalue to the floor."""
+    rng = np.random.default_rng(0)
+    V, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    floor = 1e-10 * 1e5
+    for lam_min in np.geomspace(4 * floor, floor / 4, 25):
+        w = np.array([1e5, 30.0, 2.0, 0.5, 1e-3, lam_min])
+        A = symmetrize((V * w) @ V.T)
+        L, used, repaired = safe_cholesky(A, 1e-12)
+        got = np.linalg.eigvalsh(used)
+        np.testing.assert_allclose(np.sort(got)[0], max(lam_min, floor), rtol=1e-4)
+        np.testing.assert_allclose(L @ L.T, used, rtol=0, atol=1e-9)
+        if lam_min > 1.01 * floor:
+            assert not repaired and used is A  # the fast path is bit-exact
+        elif lam_min < 0.99 * floor:
+            assert repaired
+
+
+def test_imputing_a_duplicated_column_matches_exact_em():
+    """The imputer on wine with two columns duplicated (raw units, 20% MCAR): the compressed fit's
+    steps crossed the repair's jump, its watchdog undid each of them and it stayed at RMSE +2.2%
+    (0.6804 against 0.6659; now 0.6663)."""
+    X = load_wine().data
+    X = np.hstack([X, X[:, :2]])
+    mask = np.random.default_rng(5).random(X.shape) < 0.2
+    Xm, groups = np.where(mask, np.nan, X), _wine_groups("sorted", X.shape[0])
+    scale = X.std(axis=0)
+
+    def rmse(imp):
+        return np.sqrt(np.mean(((imp.transform(Xm) - X) / scale)[mask] ** 2))
+
+    exact = FederatedImputer("gaussian", algorithm="em", random_state=0).fit(Xm, groups=groups)
+    fed = FederatedImputer("gaussian", compressor="dither:s=4", random_state=0).fit(Xm, groups=groups)
+    assert rmse(fed) <= 1.01 * rmse(exact), (rmse(fed), rmse(exact))

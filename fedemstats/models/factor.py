@@ -202,8 +202,8 @@ class FactorAnalysisModel(Model):
     the small ones (SPEC §2 numerical care, extended from a shift to a scale). The
     T-map works in those units and maps back (Λ_j σ_j, Ψ_j σ_j², c + σ μ̃).
     T-map: ``Λ̃ = S_xz̃ S_z̃z̃⁻¹ = [Λ, μ − c]``, ``Ψ = diag(S_xx − Λ̃ S_xz̃ᵀ)``. Projection for
-    noisy ``s``: ``S_z̃z̃`` is symmetrised and, only if its Cholesky factorisation fails,
-    eigenvalue-floored (:func:`fedemstats._linalg.safe_cholesky`); each ``Ψ_j`` is
+    noisy ``s``: ``S_z̃z̃`` is symmetrised and its eigenvalues below the floor are raised
+    (:func:`fedemstats._linalg.safe_cholesky`); each ``Ψ_j`` is
     floored at ``NOISE_REL_FLOOR max(|S_xx,j|, 1)`` in standardised units (relative to
     the column's scale, see :data:`NOISE_REL_FLOOR`).
     """

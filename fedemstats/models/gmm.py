@@ -177,10 +177,9 @@ class GaussianMixtureModel(Model):
 
         1. ``S0_k`` is clipped below at :data:`RESP_FLOOR` and the weights renormalised;
         2. covariance matrices are symmetrised;
-        3. only if a Cholesky factorisation fails (resp. a variance is <= 0), the matrix's
-           eigenvalues (resp. the variance) are raised to
-           ``max(reg_covar, EIG_REL_FLOOR * max|eig|, EIG_ABS_FLOOR)``
-           (:func:`fedemstats._linalg.eigen_floor`); valid input keeps the exact fast path.
+        3. eigenvalues below ``max(reg_covar, EIG_REL_FLOOR * max|eig|, EIG_ABS_FLOOR)``
+           (resp. a variance <= 0) are raised to it (:func:`fedemstats._linalg.safe_cholesky`,
+           continuous in ``s``); valid input keeps the exact fast path.
 
         Raises
         ------
