@@ -31,6 +31,11 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 #: Repaired eigenvalues are at least this fraction of the largest |eigenvalue|, so the
 #: repaired matrix has a condition number <= 1 / EIG_REL_FLOOR and Cholesky succeeds.
 EIG_REL_FLOOR = 1e-10
+#: An eigenvalue within this relative distance below the floor counts as on it (:func:`safe_cholesky`
+#: keeps the matrix): a component on one point has Σ = 0 + reg_covar up to the rounding of
+#: S2/r − m mᵀ, and that rounding must not choose between the fast path and a repair (results
+#: would then depend on the data's units at 1e-13). The repair is continuous up to this slack.
+FLOOR_SLACK = 1e-8
 #: Absolute eigenvalue floor used when the matrix is (numerically) zero and no
 #: regularisation is configured (reg_covar = 0).
 EIG_ABS_FLOOR = 1e-12
@@ -62,12 +67,15 @@ def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def eig_floor_value(scale: float, reg: float = 0.0) -> float:
-    """Eigenvalue floor ``max(reg, EIG_REL_FLOOR * scale, EIG_ABS_FLOOR)``.
+    """Eigenvalue floor ``max(reg, EIG_REL_FLOOR * scale)``, or ``EIG_ABS_FLOOR`` when both are
+    zero (a zero matrix without regularisation).
 
     ``scale`` is the largest absolute eigenvalue (or variance) of the matrix being
-    repaired; ``reg`` the model's ``reg_covar``.
+    repaired; ``reg`` the model's ``reg_covar``. No absolute unit enters otherwise, so a
+    repair is equivariant to rescaling the data (with ``reg_covar`` in data units²).
     """
-    return float(max(reg, EIG_REL_FLOOR * abs(scale), EIG_ABS_FLOOR))
+    floor = max(reg, EIG_REL_FLOOR * abs(scale))
+    return float(floor if floor > 0.0 else EIG_ABS_FLOOR)
 
 
 def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
@@ -119,12 +127,12 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
         # λ_min >= 1 / ||L⁻¹||_F² and max|λ| <= trace A: when the bound clears the largest floor
         # possible, no eigenvalue is below it and no eigendecomposition is needed
         L_inv, info = lapack.dtrtri(L, lower=1)
-        if info == 0 and 1.0 / np.sum(L_inv ** 2) >= eig_floor_value(np.trace(A), reg):
+        if info == 0 and 1.0 / np.sum(L_inv ** 2) >= eig_floor_value(np.trace(A), reg) * (1.0 - FLOOR_SLACK):
             return L, A, False
     except (linalg.LinAlgError, ValueError):
         L = None
     w = np.linalg.eigvalsh(symmetrize(A)) if np.all(np.isfinite(A)) else None
-    if L is not None and w is not None and w[0] >= eig_floor_value(np.max(np.abs(w)), reg):
+    if L is not None and w is not None and w[0] >= eig_floor_value(np.max(np.abs(w)), reg) * (1.0 - FLOOR_SLACK):
         return L, A, False
     fixed = eigen_floor(A, reg)
     return linalg.cholesky(fixed, lower=True), fixed, True

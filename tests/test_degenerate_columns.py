@@ -2,12 +2,15 @@
 
 A constant column or an exact linear combination of columns makes the T-map floor a variance: a
 mixture component's covariance eigenvalue (at a fraction of its largest), or a factor model's noise
-variance Ψ_j (a Heywood case). Exact EM from the same start is the reference.
+variance Ψ_j (a Heywood case). Exact EM from the same start is the reference. The last tests check
+the two mechanisms at the level of one matrix and one step: the continuous covariance repair, and a
+trust region measured from an iterate T repaired (its margins below 1).
 """
 import warnings
 
 import numpy as np
 import pytest
+from _geometry_cases import CASES, make_case, shrink_step
 from sklearn.datasets import load_wine
 
 from fedemstats._linalg import safe_cholesky, symmetrize
@@ -110,3 +113,19 @@ def test_imputing_a_duplicated_column_matches_exact_em():
     exact = FederatedImputer("gaussian", algorithm="em", random_state=0).fit(Xm, groups=groups)
     fed = FederatedImputer("gaussian", compressor="dither:s=4", random_state=0).fit(Xm, groups=groups)
     assert rmse(fed) <= 1.01 * rmse(exact), (rmse(fed), rmse(exact))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_trust_region_is_relative_to_the_current_iterate(name):
+    """From an iterate whose margin is 0.4 (T repaired it: a floored variance or weight), a step
+    to 0.2 = half of it is inside (an absolute 0.25 cut it to t = 1/2, and froze fits whose
+    margin sat at 0.25); a step to 0.03 < 0.25 x 0.4 is cut to t = 1/2 (0.215)."""
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    shrink = shrink_step(name, model, s_hat)
+    s1 = s_hat - 0.6 * shrink
+    np.testing.assert_allclose(G._margins(s1[None]).min(), 0.4, rtol=1e-9)
+    assert G.step_fraction(s1, -0.2 * shrink) == 1.0
+    assert G.step_fraction(s1, -0.37 * shrink) == 0.5
+    # at the model's own statistics the bound is TRUST_RATIO itself
+    assert G.step_fraction(s_hat, -0.7 * shrink) == 1.0 and G.step_fraction(s_hat, -0.8 * shrink) == 0.5

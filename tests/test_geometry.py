@@ -208,22 +208,6 @@ def test_a_collapsing_step_is_cut_to_the_largest_safe_fraction(name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_the_trust_region_is_relative_to_the_current_iterate(name):
-    """From an iterate whose margin is 0.4 (T repaired it: a floored variance or weight), a step
-    to 0.2 = half of it is inside (an absolute 0.25 cut it to t = 1/2, and froze fits whose
-    margin sat at 0.25); a step to 0.03 < 0.25 x 0.4 is cut to t = 1/2 (0.215)."""
-    model, _, theta, s_hat = make_case(name, reg=0.0)
-    G = model.geometry(theta, s_hat)
-    shrink = shrink_step(name, model, s_hat)
-    s1 = s_hat - 0.6 * shrink
-    np.testing.assert_allclose(G._margins(s1[None]).min(), 0.4, rtol=1e-9)
-    assert G.step_fraction(s1, -0.2 * shrink) == 1.0
-    assert G.step_fraction(s1, -0.37 * shrink) == 0.5
-    # at the model's own statistics the bound is TRUST_RATIO itself
-    assert G.step_fraction(s_hat, -0.7 * shrink) == 1.0 and G.step_fraction(s_hat, -0.8 * shrink) == 0.5
-
-
-@pytest.mark.parametrize("name", CASES)
 def test_no_fraction_fits_returns_zero(name):
     model, _, theta, s_hat = make_case(name, reg=0.0)
     G = model.geometry(theta, s_hat)
