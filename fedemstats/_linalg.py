@@ -100,7 +100,7 @@ def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
 
 def safe_cholesky(A: np.ndarray, reg: float = 0.0):
     """Lower Cholesky factor of ``A`` once every eigenvalue is at least the floor
-    ``max(reg, EIG_REL_FLOOR max|λ|, EIG_ABS_FLOOR)`` (:func:`eig_floor_value`).
+    ``max(reg, EIG_REL_FLOOR max|λ|)`` (:func:`eig_floor_value`; within :data:`FLOOR_SLACK`).
 
     ``A`` itself when it already is (bit-exact: the fast path of valid input), else
     :func:`eigen_floor` ``(A, reg)``, which raises only the eigenvalues below the floor. The
