@@ -186,7 +186,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.noise_variance_ = theta.noise_variance
         self.mean_ = theta.mean
         self.loglike_ = (result.history["loglik"].to_numpy() * fed.n_rows).tolist()
-        floored = np.flatnonzero(model.at_noise_floor(result.state.s_hat))
+        floored = np.flatnonzero(model.at_noise_floor(result.theta, result.state.s_hat))
         if floored.size:
             warnings.warn(f"the noise variance of feature(s) {floored.tolist()} is at its floor ({NOISE_REL_FLOOR:g} "
                           "of the feature's variance): a Heywood case. Such a feature is constant or an (almost) "

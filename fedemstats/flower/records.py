@@ -19,7 +19,7 @@ from ..models.gmm_params import GMMParams
 
 __all__ = [
     "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",
-    "compressed_to_record", "compressed_from_record", "params_to_records",
+    "compressed_to_record", "compressed_from_record", "payload_size", "params_to_records",
     "params_from_records", "wire_bytes",
 ]
 
@@ -77,6 +77,11 @@ def compressed_from_record(record: ConfigRecord, compressor, q, blocks):
     if not isinstance(payload, bytes):
         raise ValueError(f"the payload's {_BYTES_KEY!r} is {type(payload).__name__}, not bytes.")
     return compressor.decode([payload], int(q), blocks)
+
+
+def payload_size(record: ConfigRecord) -> int:
+    """Bytes of the encoded row a :func:`compressed_to_record` record carries."""
+    return len(record[_BYTES_KEY])
 
 
 def params_to_records(theta):

@@ -29,7 +29,7 @@ from ..ledger import FLOAT64_BITS
 from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
-from .records import compressed_to_record, params_to_records, to_array_record, wire_bytes
+from .records import compressed_to_record, params_to_records, payload_size, to_array_record, wire_bytes
 from .updates import updates_to_records
 from .validation import InvalidReply, check_round_reply, check_stats_reply, over_bound
 
@@ -239,7 +239,7 @@ class FedEMStrategy(Strategy):
             except InvalidReply as exc:
                 refused[client] = str(exc)
                 continue
-            got[client] = (message, loglik, wire_bytes(reply), len(reply.content[P.PAYLOAD]["bytes"]))
+            got[client] = (message, loglik, wire_bytes(reply), payload_size(reply.content[P.PAYLOAD]))
         if self.settings.contribution_bound:  # off (0) by default: no norm to decode then
             norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, *_) in got.items()}
             for client, reason in over_bound(norms, self.settings.contribution_bound).items():

@@ -261,11 +261,11 @@ class FactorAnalysisModel(Model):
         k, sd = self.n_factors, self.scale
         return FactorParams((lam[:, :k] * sd[:, None]).T.copy(), psi * sd ** 2, lam[:, k] * sd + self.shift)
 
-    def at_noise_floor(self, s) -> np.ndarray:
-        """Which noise variances of ``T(s)`` sit at their floor (a Heywood case, or a constant
-        column), bool of shape (n_features,)."""
+    def at_noise_floor(self, theta, s) -> np.ndarray:
+        """Which noise variances of ``theta = T(s)`` sit at their floor (a Heywood case, or a
+        constant column), bool of shape (n_features,)."""
         sxx = self.unpack_stats(s)["sum_xx"]
-        return self.t_map(s).noise_variance / self.scale ** 2 <= _noise_floor(sxx) * (1.0 + FLOOR_MATCH_RTOL)
+        return theta.noise_variance / self.scale ** 2 <= _noise_floor(sxx) * (1.0 + FLOOR_MATCH_RTOL)
 
     def expected_stats(self, theta) -> np.ndarray:
         """E_θ[s] in standardised units: (diag(ΛΛᵀ) + Ψ + μ², [Λ, μ], I ⊕ 1) (E[z] = 0,
