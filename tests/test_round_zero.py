@@ -56,6 +56,7 @@ def test_quantised_start_costs_a_fraction_and_the_ledger_holds_its_transfers(pro
     assert row["uplink_bits"] < 0.25 * float64["uplink_bits"]
     # the broadcast of Ŝ_0 shrinks as much; θ_0 still goes out in float64 (exact EM's start too)
     assert row["downlink_bits"] - n * model.n_parameters(theta0) * FLOAT64_BITS < 0.25 * n * q * FLOAT64_BITS
+    assert float64["downlink_bits"] == n * model.n_parameters(theta0) * FLOAT64_BITS + n * q * FLOAT64_BITS
 
 
 def test_quantised_start_state_is_what_every_client_decodes(problem):
