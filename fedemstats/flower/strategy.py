@@ -30,7 +30,7 @@ from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
 from .records import compressed_to_record, params_to_records, payload_size, to_array_record, wire_bytes
-from .updates import updates_to_records
+from .updates import encode_update, updates_to_records
 from .validation import InvalidReply, check_round_reply, check_stats_reply, over_bound
 
 __all__ = ["FedEMStrategy"]
@@ -103,7 +103,7 @@ class FedEMStrategy(Strategy):
         self.confirmed = np.full(n, 0 if mean_field else NO_ROUND, dtype=np.int64)
         self.confirmed_fresh = np.ones(n, dtype=bool)
         self.resync_v = np.full(n, not mean_field)
-        self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j
+        self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j, as it travels (encode_update)
         self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], refused_partitions=[], loglik=loglik,
                         step_size=float("nan"), uplink_bits=0, reply_bytes=0, payload_bytes=0)
 
@@ -214,8 +214,7 @@ class FedEMStrategy(Strategy):
                 arrays["v"] = st.v_clients[client]
         content = self._content(client, config, **arrays)
         if not full:
-            content[P.UPDATES], content[P.UPDATES_META] = updates_to_records(self.updates[base + 1:], base + 1,
-                                                                             self.algorithm.broadcast.compressor)
+            content[P.UPDATES], content[P.UPDATES_META] = updates_to_records(self.updates[base + 1:], base + 1)
         self._pending_full[client] = full
         return content
 
@@ -279,7 +278,8 @@ class FedEMStrategy(Strategy):
             self.resync_v[i] = self.resync_v[i] and not self._pending_full[int(i)]
         step = algo.server_step(st, self.weights, idx, pi, weighted_sums(q_rows, self.weights[idx], pi), loglik, noise,
                                 geometries, self.alpha)
-        self.updates.append(st.downlink.last)
+        # encoded once here, not once per instruction that carries it
+        self.updates.append(encode_update(st.downlink.last, algo.broadcast.compressor))
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         row = self._log_round(
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),

@@ -14,20 +14,26 @@ from flwr.app import ConfigRecord
 from ..algorithms.broadcast import UPDATE_KINDS
 from .records import from_array_record, to_array_record
 
-__all__ = ["updates_to_records", "updates_from_records"]
+__all__ = ["encode_update", "updates_to_records", "updates_from_records"]
 
 #: joins an update's number and its field ("<j>/bytes", "<j>/step")
 _SEP = "/"
 
 
-def updates_to_records(updates, first, compressor):
+def encode_update(update, compressor):
+    """An update (kind, payload) as it travels: a compressed step's Message becomes its encoded
+    ``bytes`` (``compressor`` is the downlink's); other kinds are unchanged."""
+    kind, payload = update
+    return (kind, compressor.encode(payload)[0]) if kind == "message" else update
+
+
+def updates_to_records(updates, first):
     """(ArrayRecord of the float steps, ConfigRecord of the kinds and encoded steps) of
-    ``updates`` (list of (kind, payload)) numbered from ``first``; ``compressor`` is the
-    downlink's."""
+    ``updates`` (list of (kind, payload) as :func:`encode_update` gives them) numbered from ``first``."""
     arrays, meta = {}, {"kinds": [kind for kind, _ in updates]}
     for j, (kind, payload) in enumerate(updates, start=first):
         if kind == "message":
-            meta[f"{j}{_SEP}bytes"] = compressor.encode(payload)[0]
+            meta[f"{j}{_SEP}bytes"] = payload
         elif kind == "float":
             arrays[f"{j}{_SEP}step"] = payload
     return to_array_record(**arrays), ConfigRecord(meta)
