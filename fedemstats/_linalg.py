@@ -66,39 +66,41 @@ def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.squeeze(out, axis=axis)
 
 
-def eig_floor_value(scale: float, reg: float = 0.0) -> float:
-    """Eigenvalue floor ``max(reg, EIG_REL_FLOOR * scale)``, or ``EIG_ABS_FLOOR`` when both are
+def eig_floor_value(scale: float, reg: float = 0.0, rel: float = EIG_REL_FLOOR) -> float:
+    """Eigenvalue floor ``max(reg, rel * scale)``, or ``EIG_ABS_FLOOR`` when both are
     zero (a zero matrix without regularisation).
 
     ``scale`` is the largest absolute eigenvalue (or variance) of the matrix being
-    repaired; ``reg`` the model's ``reg_covar``. No absolute unit enters otherwise, so a
+    repaired; ``reg`` the model's ``reg_covar``; ``rel`` the relative floor
+    (:data:`EIG_REL_FLOOR` by default). No absolute unit enters otherwise, so a
     repair is equivariant to rescaling the data (with ``reg_covar`` in data units²).
     """
-    floor = max(reg, EIG_REL_FLOOR * abs(scale))
+    floor = max(reg, rel * abs(scale))
     return float(floor if floor > 0.0 else EIG_ABS_FLOOR)
 
 
-def eigen_floor(A: np.ndarray, reg: float = 0.0) -> np.ndarray:
+def eigen_floor(A: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR) -> np.ndarray:
     """Nearest (Frobenius) symmetric matrix with eigenvalues >= the floor.
 
     Parameters
     ----------
     A : ndarray of shape (d, d)
         Symmetrised first; must be finite.
-    reg : float
-        Lower bound of the floor (see :func:`eig_floor_value`).
+    reg, rel : float
+        Lower bound of the floor and its fraction of the largest |eigenvalue|
+        (see :func:`eig_floor_value`).
 
     Returns
     -------
     ndarray of shape (d, d), symmetric positive definite
     """
     w, V = np.linalg.eigh(symmetrize(A))
-    floor = eig_floor_value(np.max(np.abs(w)), reg)
+    floor = eig_floor_value(np.max(np.abs(w)), reg, rel)
     out = (V * np.maximum(w, floor)) @ V.T
     return symmetrize(out)
 
 
-def safe_cholesky(A: np.ndarray, reg: float = 0.0):
+def safe_cholesky(A: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR):
     """Lower Cholesky factor of ``A`` once every eigenvalue is at least the floor
     ``max(reg, EIG_REL_FLOOR max|λ|)`` (:func:`eig_floor_value`; within :data:`FLOOR_SLACK`).
 
@@ -114,6 +116,8 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
     A : ndarray of shape (d, d)
     reg : float
         Lower bound of the eigenvalue floor.
+    rel : float
+        The floor's fraction of the largest |eigenvalue| (:func:`eig_floor_value`).
 
     Returns
     -------
@@ -127,14 +131,14 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0):
         # λ_min >= 1 / ||L⁻¹||_F² and max|λ| <= trace A: when the bound clears the largest floor
         # possible, no eigenvalue is below it and no eigendecomposition is needed
         L_inv, info = lapack.dtrtri(L, lower=1)
-        if info == 0 and 1.0 / np.sum(L_inv ** 2) >= eig_floor_value(np.trace(A), reg) * (1.0 - FLOOR_SLACK):
+        if info == 0 and 1.0 / np.sum(L_inv ** 2) >= eig_floor_value(np.trace(A), reg, rel) * (1.0 - FLOOR_SLACK):
             return L, A, False
     except (linalg.LinAlgError, ValueError):
         L = None
     w = np.linalg.eigvalsh(symmetrize(A)) if np.all(np.isfinite(A)) else None
-    if L is not None and w is not None and w[0] >= eig_floor_value(np.max(np.abs(w)), reg) * (1.0 - FLOOR_SLACK):
+    if L is not None and w is not None and w[0] >= eig_floor_value(np.max(np.abs(w)), reg, rel) * (1.0 - FLOOR_SLACK):
         return L, A, False
-    fixed = eigen_floor(A, reg)
+    fixed = eigen_floor(A, reg, rel)
     return linalg.cholesky(fixed, lower=True), fixed, True
 
 

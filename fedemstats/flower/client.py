@@ -105,8 +105,9 @@ class _Node:
     def _model_and_federation(self, message, context):
         X = self._data(context)
         problem = _problem_from(message.content, self.problem_type)
-        shift = from_array_record(message.content[P.ARRAYS])["shift"]
-        return problem.build_model(X.shape[1], shift), Federation(X, [0, X.shape[0]])
+        public = from_array_record(message.content[P.ARRAYS])
+        return (problem.build_model(X.shape[1], public["shift"], float(public["variance_scale"][0])),
+                Federation(X, [0, X.shape[0]]))
 
     def _check_partition(self, config, context):
         expected, own = int(config[P.PARTITION_ID]), partition_id_of(context)

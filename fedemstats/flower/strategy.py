@@ -80,7 +80,7 @@ class FedEMStrategy(Strategy):
         sizes = np.array([d.n_rows for d in descs], dtype=np.int64)
         self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
         mean, cov = pooled_moments(descs)
-        self.model = self.problem.build_model(mean.shape[0], mean)
+        self.model = self.problem.build_model(mean.shape[0], mean, float(np.trace(cov)))
         self.algorithm = algo = s.algorithm(self.model)
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
         entropy = draw_entropy(self.rng)
@@ -139,7 +139,7 @@ class FedEMStrategy(Strategy):
         """Every client's checked round-0 reply (``check(content, pid)``), in client order."""
         messages = []
         for client, pid in enumerate(self.partitions):
-            content = self._content(client, config, shift=self.model.shift, **arrays)
+            content = self._content(client, config, **self._public(), **arrays)
             if params is not None:
                 content[P.PARAMS], content[P.PARAMS_META] = params_to_records(params)
             if payload is not None:
@@ -161,6 +161,11 @@ class FedEMStrategy(Strategy):
             raise RuntimeError(f"round 0 needs every client; partitions {missing} did not answer validly "
                                "(see the log).")
         return [by_pid[pid] for pid in self.partitions]
+
+    def _public(self) -> dict:
+        """The model's public constructor arrays every instruction carries: the shift and the
+        variance scale (which fixes the T-map's eigenvalue floor)."""
+        return {"shift": self.model.shift, "variance_scale": np.array([self.model.variance_scale])}
 
     def _content(self, client, config, **arrays) -> RecordDict:
         config = {"client": int(client), P.PARTITION_ID: int(self.partitions[client]), **config}
@@ -207,7 +212,7 @@ class FedEMStrategy(Strategy):
         config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
                   "compressor": s.compressor, "downlink": s.downlink_compressor, "precondition": s.precondition,
                   "mode": "full" if full else "updates", "base": base, "received": int(self.received[client])}
-        arrays = {"shift": self.model.shift}
+        arrays = self._public()
         if full:
             arrays["s_hat"] = st.s_hat
             if self.resync_v[client]:
@@ -336,7 +341,7 @@ class FedEMStrategy(Strategy):
         theta = self.model.params_to_dict(self.model.t_map(self.state.s_hat))
         return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
                 "partitions": list(self.partitions), "weights": self.weights.tolist(),
-                "shift": self.model.shift.tolist(), "entropy": int(self.state.entropy),
+                "shift": self.model.shift.tolist(), "variance_scale": self.model.variance_scale, "entropy": int(self.state.entropy),
                 "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
                 "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),
                 "theta": {name: value.tolist() for name, value in theta.items()},

@@ -23,6 +23,7 @@ from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 
 __all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
+           "global_mean_and_variances",
            "nan_mean", "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
            "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
            "standardising_shift_scale"]
@@ -107,10 +108,16 @@ def global_variances(federation) -> np.ndarray:
     """Pooled maximum-likelihood variance of each column, shape (n_features,): the diagonal of
     :func:`global_moments`' covariance from the clients' counts, means and centred sums of
     squares (one pass, no d × d scatter)."""
+    return global_mean_and_variances(federation)[1]
+
+
+def global_mean_and_variances(federation):
+    """Pooled mean and maximum-likelihood column variances, both of shape (n_features,), from
+    the clients' counts, means and sums of squares centred on their own means (two passes)."""
     sizes, means = client_means(federation)
     within = segment_column_sums(federation.X, federation.offsets, centre=means, square=True).sum(axis=0)
     mean = sizes @ means / sizes.sum()
-    return (within + sizes @ (means - mean) ** 2) / sizes.sum()
+    return mean, (within + sizes @ (means - mean) ** 2) / sizes.sum()
 
 
 def global_moments(federation):

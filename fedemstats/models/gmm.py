@@ -16,13 +16,13 @@ from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
-from ._summaries import INIT_METHODS, global_mean
+from ._summaries import INIT_METHODS, global_mean_and_variances
 from .base import Model
 from .gmm_denoise import floor_noisy_covariances
 from .gmm_geometry import gmm_geometry
 from .gmm_init import init_params
-from .gmm_params import (COVARIANCE_TYPES, GMMParams, as_matrices, check_covariance_type, covariance_shape,
-                         make_params)
+from .gmm_params import (COVARIANCE_TYPES, MIXTURE_REL_FLOOR, GMMParams, as_matrices, check_covariance_type,
+                         covariance_shape, make_params)
 
 __all__ = ["GMMParams", "make_params", "GaussianMixtureModel", "estimate_log_prob_resp",
            "COVARIANCE_TYPES", "RESP_FLOOR", "second_moment_block"]
@@ -99,6 +99,11 @@ class GaussianMixtureModel(Model):
         Added to the covariance diagonal in the T-map (as scikit-learn).
     shift : array-like of shape (n_features,), optional
         Public centring point ``c`` (e.g. the global mean); default zeros.
+    variance_scale : float, optional
+        Public scale of the data: the trace of the pooled covariance (the sum of the column
+        variances; :meth:`public_centring`). It fixes the T-map's eigenvalue floor at
+        ``max(reg_covar, MIXTURE_REL_FLOOR * variance_scale)`` (1e-13) for the whole fit; without it
+        the floor is relative to each repaired matrix's own largest eigenvalue.
 
     Attributes
     ----------
@@ -110,7 +115,8 @@ class GaussianMixtureModel(Model):
 
     init_methods = INIT_METHODS
 
-    def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None):
+    def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None,
+                 variance_scale=None):
         self.n_components = check_int(n_components, "n_components")
         self.n_features = check_int(n_features, "n_features")
         self.covariance_type = check_covariance_type(covariance_type)
@@ -119,7 +125,20 @@ class GaussianMixtureModel(Model):
         self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
         if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
             raise ValueError(f"shift must be a finite array of shape ({d},); got {self.shift.shape}.")
+        self.variance_scale = None if variance_scale is None else check_positive(
+            variance_scale, "variance_scale", strict=False)
         self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
+
+    @property
+    def eig_floor(self) -> float:
+        """The T-map's eigenvalue floor: ``max(reg_covar, MIXTURE_REL_FLOOR * variance_scale)``."""
+        # A floor that moved with each component's largest eigenvalue made exact EM lose
+        # likelihood on a constant column (its variance sits on the floor: raw wine, 7e-3
+        # nats/row) and a compressed fit's watchdog then refused the steps exact EM takes.
+        # Fixed for the fit, the floor is a constraint the M-step maximises under.
+        if self.variance_scale is None:
+            return self.reg_covar
+        return eig_floor_value(self.variance_scale, self.reg_covar, MIXTURE_REL_FLOOR)
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -177,9 +196,11 @@ class GaussianMixtureModel(Model):
 
         1. ``S0_k`` is clipped below at :data:`RESP_FLOOR` and the weights renormalised;
         2. covariance matrices are symmetrised;
-        3. eigenvalues below ``max(reg_covar, EIG_REL_FLOOR * max|eig|, EIG_ABS_FLOOR)``
+        3. eigenvalues below ``max(eig_floor, MIXTURE_REL_FLOOR * max|eig|, EIG_ABS_FLOOR)``
            (resp. a variance <= 0) are raised to it (:func:`fedemstats._linalg.safe_cholesky`,
-           continuous in ``s``); valid input keeps the exact fast path.
+           continuous in ``s``); valid input keeps the exact fast path. With the public
+           ``variance_scale``, ``eig_floor`` is fixed for the fit and is the binding term
+           unless a component's largest eigenvalue exceeds the data's total variance.
 
         Raises
         ------
@@ -192,7 +213,7 @@ class GaussianMixtureModel(Model):
         cov = _raw_covariances(self.covariance_type, s0, m, parts["sum_xx"], self.reg_covar)
         if not (np.all(np.isfinite(m)) and np.all(np.isfinite(cov))):
             raise ValueError("t_map overflowed on extreme statistics; lower the step size.")
-        cov, pc = _repair(cov, self.covariance_type, self.reg_covar)
+        cov, pc = _repair(cov, self.covariance_type, self.eig_floor)
         return GMMParams(weights, m + self.shift, cov, pc, self.covariance_type)
 
     def expected_stats(self, theta) -> np.ndarray:
@@ -262,8 +283,11 @@ class GaussianMixtureModel(Model):
 
     @classmethod
     def public_centring(cls, federation) -> dict:
-        """``{"shift": global mean}`` from the clients' counts and means (:func:`._summaries.global_mean`)."""
-        return {"shift": global_mean(federation)}
+        """``{"shift": global mean, "variance_scale": sum of the pooled column variances}`` from
+        the clients' counts, means and centred sums of squares
+        (:func:`._summaries.global_mean_and_variances`)."""
+        mean, variances = global_mean_and_variances(federation)
+        return {"shift": mean, "variance_scale": float(np.sum(variances))}
 
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
         """Federated initialisation (see :func:`fedemstats.models.gmm_init.init_params`)."""
@@ -298,11 +322,11 @@ def _repair(cov, ctype, reg):
     if ctype in ("diag", "spherical"):
         bad = cov <= 0
         if bad.any():
-            cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), reg), cov)
+            cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), reg, MIXTURE_REL_FLOOR), cov)
         return cov, 1.0 / np.sqrt(cov)
     mats = as_matrices(cov, ctype).copy()
     pcs = np.empty_like(mats)
     for k, c in enumerate(mats):
-        L, mats[k], _ = safe_cholesky(c, reg)
+        L, mats[k], _ = safe_cholesky(c, reg, MIXTURE_REL_FLOOR)
         pcs[k] = inv_cholesky_upper(L)
     return (mats, pcs) if ctype == "full" else (mats[0], pcs[0])

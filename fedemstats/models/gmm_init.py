@@ -15,7 +15,7 @@ from .._validation import check_rng
 from ._kmeans_summaries import LOCAL_KMEANS_MAX_ROWS, client_row_sample, init_kmeans_summaries
 from ._summaries import (INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError, check_init_method, global_moments,
                          global_variances)
-from .gmm_params import GMMParams, make_params, shared_covariances
+from .gmm_params import MIXTURE_REL_FLOOR, GMMParams, make_params, shared_covariances
 
 __all__ = ["init_params", "init_random_from_moments", "INIT_METHODS", "SUMMARY_MIN_ROWS",
            "TooFewSummariesError"]
@@ -49,7 +49,7 @@ def init_random_from_moments(mean, cov, model, rng) -> GMMParams:
     K, ctype = model.n_components, model.covariance_type
     # repaired as the T-map repairs any statistic (collinear columns at a scale where reg_covar
     # is negligible leave cov + reg_covar I singular in float64)
-    _, cov, _ = safe_cholesky(cov + model.reg_covar * np.eye(model.n_features), model.reg_covar)
+    _, cov, _ = safe_cholesky(cov + model.reg_covar * np.eye(model.n_features), model.eig_floor, MIXTURE_REL_FLOOR)
     means = rng.multivariate_normal(mean, cov, size=K)
     return make_params(np.full(K, 1.0 / K), means, shared_covariances(cov, ctype, K), covariance_type=ctype)
 
@@ -95,7 +95,8 @@ def init_params(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_M
     # squared distances must not vanish next to the log-weight constant: at data scale 1e-8,
     # unit variances would make every row a tie. The data's own mean variance keeps the
     # labels equivariant to rescaling.
-    unit = float(np.mean(global_variances(federation))) or 1.0
+    total = model.variance_scale if model.variance_scale is not None else float(np.sum(global_variances(federation)))
+    unit = total / d or 1.0
     eye = shared_covariances(unit * np.eye(d), ctype, K)
     labels_theta = make_params(np.full(K, 1.0 / K), means, eye, covariance_type=ctype)
     sample = client_row_sample(federation, hard_pass_rows(federation, model, labels_theta), rng)
