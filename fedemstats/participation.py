@@ -106,7 +106,8 @@ class FixedSizeParticipation(Participation):
 
     def inclusion(self, n_clients):
         if self.k > n_clients:
-            raise ValueError(f"cannot sample k={self.k} clients out of {n_clients}.")
+            raise ValueError(f"participation asks for k={self.k} clients per round but the federation has "
+                             f"only {n_clients}; pass a count <= {n_clients} or a fraction in (0, 1].")
         return np.full(n_clients, self.k / n_clients)
 
     def sample(self, round_, n_clients, rng):

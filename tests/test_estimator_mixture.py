@@ -175,6 +175,13 @@ BAD_INPUTS = [
     (lambda X, g: FederatedGaussianMixture(2, covariance_type="banded").fit(X), "covariance_type"),
     (lambda X, g: FederatedGaussianMixture(2, algorithm="em", compressor="dither:s=4").fit(X), "exact EM"),
     (lambda X, g: FederatedGaussianMixture(2).fit(X).predict(X[:, :1]), "features"),
+    # each names what to change, before any round (a sweep found them raised deep in the run)
+    (lambda X, g: FederatedGaussianMixture(2, participation=500).fit(X),
+     r"participation asks for k=500 clients .* a count <= \d+ or a fraction"),
+    (lambda X, g: FederatedGaussianMixture(2, compressor="randk:k=1000").fit(X),
+     r"statistic has only q=\d+ .* choose k <="),
+    (lambda X, g: FederatedGaussianMixture(2, compressor="dither:x=3").fit(X),
+     r"no argument\(s\) \['x'\]; its arguments are \['s', "),
 ]
 
 

@@ -75,6 +75,7 @@ class Algorithm(RoundZero):
                  track_h=False, precondition=True, safeguard=True, downlink_compressor="auto"):
         self.model = model
         self.compressor = make_compressor(compressor)
+        self.compressor.check_size(model.q)
         self.participation = make_participation(participation)
         self.step_size = step_size
         self.alpha = None if alpha is None else check_positive(alpha, "alpha", strict=False)
@@ -257,6 +258,7 @@ class Algorithm(RoundZero):
             Threshold of the convergence test reported in each row's ``converged``.
         """
         rng = check_rng(random_state)
+        self.participation.inclusion(federation.n_clients)  # a bad sampler fails before round 0
         ledger, records = BitLedger(), History()
         state = self.init_state(federation, theta0, rng, ledger, records)
         return AlgorithmRun(self, federation, state, rng, ledger, records, tol)

@@ -109,6 +109,10 @@ class Compressor:
         """Variance bound: ``E||Q(x)||^2 <= (1 + omega) ||x||^2`` for x in R^q."""
         raise NotImplementedError
 
+    def check_size(self, q: int) -> None:
+        """Raise ``ValueError`` if this compressor cannot code vectors of length ``q`` (called
+        when an algorithm is built, so a bad spec fails before any round)."""
+
     def row_bits(self, message: Message) -> np.ndarray:
         """Exact encoded size in bits of each row's message, shape (n_rows,)."""
         raise NotImplementedError

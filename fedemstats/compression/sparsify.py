@@ -115,7 +115,11 @@ class RandK(Compressor):
 
     def _check_q(self, q):
         if self.k > q:
-            raise ValueError(f"rand-k keeps k={self.k} coordinates but the vector has only q={q}.")
+            raise ValueError(f"rand-k keeps k={self.k} coordinates but the model's statistic has only q={q} "
+                             f"(model.layout lists its blocks); choose k <= {q}, e.g. 'randk:k={max(1, q // 4)}'.")
+
+    def check_size(self, q):
+        self._check_q(int(q))
 
     def _check_codec(self, message):
         if message.codec != self.name:

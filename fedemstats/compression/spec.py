@@ -1,6 +1,8 @@
 """Parse compressor specs such as ``"dither:s=4,r=inf"`` (SPEC §7)."""
 from __future__ import annotations
 
+import inspect
+
 from .base import Compressor, Identity
 from .block_p import BlockP
 from .dithering import RandomDithering
@@ -54,6 +56,11 @@ def make_compressor(spec) -> Compressor:
         if not eq:
             raise ValueError(f"compressor argument {item!r} in {spec!r} must be key=value.")
         kwargs[key.strip()] = _parse_value(value)
+    known = [k for k in inspect.signature(REGISTRY[name]).parameters if k != "self"]
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ValueError(f"compressor {name!r} in {spec!r} has no argument(s) {unknown}; its arguments are "
+                         f"{known}.")
     try:
         return REGISTRY[name](**kwargs)
     except TypeError as exc:
