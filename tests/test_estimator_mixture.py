@@ -224,3 +224,20 @@ def test_verbose_logs_progress(caplog):
     with caplog.at_level("INFO", logger="fedemstats"):
         FederatedGaussianMixture(3, verbose=2, verbose_interval=4, max_iter=9, tol=0.0, random_state=0).fit(X)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["round 4", "round 8"]
+
+
+def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
+    """A fit that tests convergence and runs out of rounds raises ConvergenceWarning (it raised
+    nothing); a run that never tests it (VR-FedEM: mini-batches) does not warn at its budget."""
+    import warnings
+    from sklearn.exceptions import ConvergenceWarning
+    X, groups, centers = heterogeneous_problem()
+    with pytest.warns(ConvergenceWarning, match="did not converge in max_iter=2"):
+        est = FederatedGaussianMixture(3, max_iter=2, random_state=0).fit(X, groups=groups)
+    assert not est.converged_
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedGaussianMixture(3, random_state=0).fit(X, groups=groups)
+        FederatedGaussianMixture(3, algorithm="vr-fedem", compressor="dither:s=8", step_size=0.3, k_in=5,
+                                 batch_size=20, n_clients=10, max_iter=6, random_state=0).fit(X)
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]

@@ -72,6 +72,9 @@ class FitResult:
         ``step_size``, ``n_cond_exp``, ``cumulative_bits`` (see :class:`.history.History`).
     ledger : BitLedger
     converged : bool
+    tests_convergence : bool
+        Whether the run tested convergence at all: a ``tol`` and full batches (mini-batch and
+        VR-FedEM runs, and private ones, go to their round budget).
     """
 
     theta: object
@@ -79,6 +82,7 @@ class FitResult:
     history: pd.DataFrame
     ledger: BitLedger
     converged: bool = False
+    tests_convergence: bool = True
 
 
 class AlgorithmRun:
@@ -121,4 +125,5 @@ class AlgorithmRun:
 
     def result(self, converged=False) -> FitResult:
         """The run so far as a :class:`FitResult`."""
-        return FitResult(self.theta, self.state, self.history, self.ledger, bool(converged))
+        return FitResult(self.theta, self.state, self.history, self.ledger, bool(converged),
+                         self.tol is not None and bool(self.algorithm.full_batches()))

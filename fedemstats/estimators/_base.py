@@ -13,9 +13,11 @@ errors name the parameter.
 from __future__ import annotations
 
 import logging
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import validate_data
 
@@ -175,6 +177,10 @@ class FederatedEMMixin:
         self.ledger_ = result.ledger
         self.n_iter_ = int(result.state.round) + 1
         self.converged_ = bool(result.converged)
+        if not self.converged_ and result.tests_convergence:
+            warnings.warn(f"{type(self).__name__} did not converge in max_iter={self.max_iter} rounds "
+                          f"(tol={self.tol}): increase max_iter, or look at history_ (log-likelihood, "
+                          "step_size, rejected) for a stalled fit.", ConvergenceWarning, stacklevel=3)
         self.lower_bound_ = float(result.history["loglik"].iloc[-1])
         if "epsilon" in result.history:
             dp = result.state.extra["dp"]
