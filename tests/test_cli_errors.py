@@ -138,7 +138,7 @@ def test_bad_option_values_name_the_option(option, value, needle, data, tmp_path
 
 @pytest.mark.parametrize("option, value, needle", [
     ("--compressor", "zip:x=1", "unknown compressor"),
-    ("--compressor", "dither:q=3", "bad arguments"),
+    ("--compressor", "dither:q=3", "has no argument"),
     ("--n-components", "1000", "more than the 360 data rows"),
     ("--participation", "50", "12 client(s)"),
 ])
