@@ -76,7 +76,8 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
     max_iter : int, default=1000
         Maximum number of M-steps (``max_iter - 1`` rounds after round 0).
     noise_variance_init : array-like of shape (n_features,), optional
-        Initial noise variances; default the global variances (from client sums).
+        Initial noise variances; default the global variances (from client sums). Values
+        above a feature's variance are capped at it (no maximum-likelihood Ψ_j exceeds it).
     rotation : {"varimax", "quartimax"}, optional
         Orthogonal rotation applied to the fitted loadings.
     algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
