@@ -1,9 +1,15 @@
-"""Compression geometry of the Poisson mixture: rate scaling.
+"""Compression geometry of the Poisson mixture: rate scaling by the standard deviation.
 
 Statistics ``(S0_k, S1_kj) = (r_k, r_k E[y_j])``. P leaves ``S0`` unchanged and scales
-``S1_kj`` by ``1 / λ_kj``: ``y1_kj = S1_kj / λ_kj``, so that at θ = T(Ŝ) component k reads
-``(π_k, π_k … π_k)`` (up to ``Σ S0 = 1``) whatever the counts' units, and the trust
-region's rate ratio is ``λ'_kj / λ_kj = y1'_kj / S0'_k``.
+``S1_kj`` by ``1 / sqrt(λ_kj)``: ``y1_kj = S1_kj / sqrt(λ_kj)``. A count's variance is its
+rate, so a client's deviation of ``S1_kj`` is of order ``sqrt(λ_kj / n_i)`` and every
+coordinate of a message is of the same order whatever its rate; the log-likelihood cost of
+an error ``δ`` in ``S1_kj`` is about ``δ² / (2 λ_kj)`` (the Fisher information), the same
+for a quantisation noise of the same size in every ``y1_kj``. Scaling by ``1 / λ_kj``
+instead gave a rate of 1e6 next to rates of 1-20 a noise 250 times its signal (its
+deviations ``sqrt(λ / n) / λ`` were drowned by the small rates' in the block norm), and a
+compressed fit stalled 1.6e-3 nats/row below exact EM. The trust region's rate ratio is
+``λ'_kj / λ_kj = S1'_kj / (S0'_k λ_kj)``.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ class PoissonGeometry(Geometry):
         self.fallback = self.unchecked[:, None] | ~(np.isfinite(rates) & (rates > 0))
         log_fallback("Poisson geometry", "rates (k, j)", self.fallback)
         self.rates = np.where(self.fallback, 1.0, rates)
+        self._sd = np.sqrt(self.rates)
         self.rate_checked = ~self.fallback & (parts["sum_y"] / self.s0[:, None] > rate_floor)
         self.layout = model.layout
         self.blocks = split_blocks(model.layout, {"sum_y": model.n_components})
@@ -59,16 +66,16 @@ class PoissonGeometry(Geometry):
 
     def forward(self, x):
         """``P x`` for rows x (m, q) -> (m, q)."""
-        return self._scaled(x, 1.0 / self.rates)
+        return self._scaled(x, 1.0 / self._sd)
 
     def inverse(self, y):
         """``P⁻¹ y`` for rows y (m, q) -> (m, q)."""
-        return self._scaled(y, self.rates)
+        return self._scaled(y, self._sd)
 
     def _margins(self, points):
-        s0, y1 = self._split(self.forward(points))
+        s0, s1 = self._split(points)
         weights = np.where(self.unchecked, np.inf, s0 / self.s0)
-        ratio = np.where(self.rate_checked, y1 / np.maximum(s0, RESP_FLOOR)[..., None], np.inf)
+        ratio = np.where(self.rate_checked, s1 / (np.maximum(s0, RESP_FLOOR)[..., None] * self.rates), np.inf)
         return np.concatenate([weights, ratio.reshape(ratio.shape[0], -1)], axis=1)
 
 
