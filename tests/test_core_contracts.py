@@ -140,7 +140,7 @@ def test_make_participation_rejects_bad_specs(spec):
 
 
 def test_fixed_size_larger_than_population_is_an_error():
-    with pytest.raises(ValueError, match="out of"):
+    with pytest.raises(ValueError, match=r"k=5 clients per round but the federation has only 3"):
         FixedSizeParticipation(5).sample(0, 3, np.random.default_rng(0))
 
 
