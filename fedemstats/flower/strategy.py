@@ -341,7 +341,8 @@ class FedEMStrategy(Strategy):
         theta = self.model.params_to_dict(self.model.t_map(self.state.s_hat))
         return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
                 "partitions": list(self.partitions), "weights": self.weights.tolist(),
-                "shift": self.model.shift.tolist(), "variance_scale": self.model.variance_scale, "entropy": int(self.state.entropy),
+                "shift": self.model.shift.tolist(), "variance_scale": self.model.variance_scale,
+                "entropy": int(self.state.entropy),
                 "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
                 "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),
                 "theta": {name: value.tolist() for name, value in theta.items()},
