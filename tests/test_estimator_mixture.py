@@ -180,6 +180,7 @@ BAD_INPUTS = [
      r"participation asks for k=500 clients .* a count <= \d+ or a fraction"),
     (lambda X, g: FederatedGaussianMixture(2, compressor="randk:k=1000").fit(X),
      r"statistic has only q=\d+ .* choose k <="),
+    (lambda X, g: FederatedGaussianMixture(2).fit([X[:100], X[100:], None]), r"client\(s\) \[2\] of the list"),
     (lambda X, g: FederatedGaussianMixture(2, compressor="dither:x=3").fit(X),
      r"no argument\(s\) \['x'\]; its arguments are \['s', "),
 ]
@@ -228,7 +229,8 @@ def test_verbose_logs_progress(caplog):
 
 def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
     """A fit that tests convergence and runs out of rounds raises ConvergenceWarning (it raised
-    nothing); a run that never tests it (VR-FedEM: mini-batches) does not warn at its budget."""
+    nothing); a run that never tests it (VR-FedEM: mini-batches; tol = 0: a fixed number of rounds, as
+    the command line and the demo ask) does not warn at its budget."""
     import warnings
     from sklearn.exceptions import ConvergenceWarning
     X, groups, centers = heterogeneous_problem()
@@ -238,6 +240,7 @@ def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         FederatedGaussianMixture(3, random_state=0).fit(X, groups=groups)
+        FederatedGaussianMixture(3, max_iter=3, tol=0.0, random_state=0).fit(X, groups=groups)  # fixed rounds
         FederatedGaussianMixture(3, algorithm="vr-fedem", compressor="dither:s=8", step_size=0.3, k_in=5,
                                  batch_size=20, n_clients=10, max_iter=6, random_state=0).fit(X)
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]

@@ -73,8 +73,8 @@ class FitResult:
     ledger : BitLedger
     converged : bool
     tests_convergence : bool
-        Whether the run tested convergence at all: a ``tol`` and full batches (mini-batch and
-        VR-FedEM runs, and private ones, go to their round budget).
+        Whether the run tested convergence at all: a ``tol > 0`` and full batches (mini-batch
+        and VR-FedEM runs, private ones and ``tol = 0`` go to their round budget).
     """
 
     theta: object
@@ -125,5 +125,6 @@ class AlgorithmRun:
 
     def result(self, converged=False) -> FitResult:
         """The run so far as a :class:`FitResult`."""
+        # tol = 0 asks for a fixed number of rounds (the command line, the demo): nothing to warn about
         return FitResult(self.theta, self.state, self.history, self.ledger, bool(converged),
-                         self.tol is not None and bool(self.algorithm.full_batches()))
+                         self.tol is not None and self.tol > 0 and bool(self.algorithm.full_batches()))

@@ -94,6 +94,10 @@ class FederatedEMMixin:
         if isinstance(X, (list, tuple)) and len(X) and np.ndim(X[0]) == 2:
             if groups is not None:
                 raise ValueError("pass either a list of per-client arrays or groups=, not both.")
+            bad = [i for i, a in enumerate(X) if np.ndim(a) != 2]
+            if bad:
+                raise ValueError(f"client(s) {bad[:10]} of the list are not 2-D arrays (rows x features); every "
+                                 "element of a list of clients must be one client's rows.")
             sizes = [np.shape(a)[0] for a in X]
             empty = [i for i, m in enumerate(sizes) if m == 0]
             if empty:
