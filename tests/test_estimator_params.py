@@ -15,7 +15,8 @@ from fedemstats.privacy import DPConfig
 FEDERATED = {"algorithm": "vr-fedem", "compressor": "dither:s=4", "participation": 0.5, "step_size": 0.3,
              "alpha": 0.2, "v_init": "zero", "batch_size": 7, "k_in": 3, "online_power": 0.8,
              "online_gamma0": 0.5, "max_iter": 17, "tol": 1e-2, "n_clients": 4, "client_weights": "uniform",
-             "track_h": True, "precondition": False, "safeguard": False, "random_state": 123, "verbose": 1, "verbose_interval": 3,
+             "track_h": True, "precondition": False, "safeguard": False, "downlink_compressor": "dither:s=8",
+             "random_state": 123, "verbose": 1, "verbose_interval": 3,
              "privacy": DPConfig(epsilon=2.0, clip=2.5, level="client", mode="distributed")}
 
 #: estimator class -> a valid non-default value for every one of its own hyper-parameters

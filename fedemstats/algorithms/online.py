@@ -29,7 +29,7 @@ DEFAULT_ONLINE_POWER = 0.6
 
 
 def online_em(model, batch_size, *, gamma0=1.0, power=DEFAULT_ONLINE_POWER, participation=1.0,
-              compressor="identity", track_h=False) -> FedEM:
+              compressor="identity", track_h=False, downlink_compressor="auto") -> FedEM:
     """Mini-batch online EM (Cappé & Moulines 2009) as a FedEM setting.
 
     Parameters
@@ -47,6 +47,8 @@ def online_em(model, batch_size, *, gamma0=1.0, power=DEFAULT_ONLINE_POWER, part
     compressor : str or Compressor, default="identity"
         Compression without memories (naive); keep "identity" for the textbook method.
     track_h : bool, default=False
+    downlink_compressor : "auto", None, str or Compressor, default="auto"
+        The broadcast (:class:`~.base.Algorithm`).
 
     Returns
     -------
@@ -66,7 +68,8 @@ def online_em(model, batch_size, *, gamma0=1.0, power=DEFAULT_ONLINE_POWER, part
         raise ValueError(f"online EM needs gamma0 in (0, 1]; got {gamma0!r}.")
     return FedEM(model, compressor=compressor, participation=participation,
                  step_size=StepSize(gamma0, power), alpha=0.0, v_init="zero",
-                 batch_size=check_int(batch_size, "batch_size"), track_h=track_h, safeguard=False)
+                 batch_size=check_int(batch_size, "batch_size"), track_h=track_h, safeguard=False,
+                 downlink_compressor=downlink_compressor)
 
 
 def stochastic_fedem(model, batch_size, *, compressor="identity", participation=1.0, step_size="auto",

@@ -17,7 +17,7 @@ def _fedem(est, model) -> FedEM:
     return FedEM(model, compressor=est.compressor, participation=est.participation,
                  step_size=est.step_size, alpha=est.alpha, v_init=est.v_init,
                  batch_size=est.batch_size, track_h=est.track_h, precondition=est.precondition,
-                 safeguard=est.safeguard)
+                 safeguard=est.safeguard, downlink_compressor=est.downlink_compressor)
 
 
 def _exact_em(est, model) -> FedEM:
@@ -26,15 +26,20 @@ def _exact_em(est, model) -> FedEM:
             make_participation(est.participation), FullParticipation):
         raise ValueError("algorithm='em' is exact EM: use compressor='identity' and participation=1.0, "
                          "or algorithm='fedem' for compressed / partial runs.")
+    downlink = est.downlink_compressor
+    if downlink not in ("auto", None) and make_compressor(downlink).omega(model.q) != 0.0:
+        raise ValueError("algorithm='em' is exact EM: a lossy downlink_compressor would make it inexact; use "
+                         "algorithm='fedem' to quantise the broadcast.")
     return FedEM(model, compressor=est.compressor, participation=1.0, step_size=1.0, alpha=1.0,
-                 v_init="zero", batch_size=None, track_h=est.track_h)
+                 v_init="zero", batch_size=None, track_h=est.track_h, downlink_compressor=downlink)
 
 
 def _vr_fedem(est, model) -> VRFedEM:
     """``"vr-fedem"``: paper 003 Algorithm 2 (``k_in``; ``batch_size=None`` is Theorem 3's b)."""
     return VRFedEM(model, compressor=est.compressor, participation=est.participation,
                    step_size=est.step_size, alpha=est.alpha, batch_size=est.batch_size,
-                   k_in=est.k_in, track_h=est.track_h, precondition=est.precondition, safeguard=est.safeguard)
+                   k_in=est.k_in, track_h=est.track_h, precondition=est.precondition, safeguard=est.safeguard,
+                   downlink_compressor=est.downlink_compressor)
 
 
 def _online(est, model) -> FedEM:
@@ -43,7 +48,8 @@ def _online(est, model) -> FedEM:
         raise ValueError("algorithm='online' needs batch_size (rows per client per round); "
                          "with all rows use algorithm='em'.")
     return online_em(model, est.batch_size, gamma0=est.online_gamma0, power=est.online_power,
-                     participation=est.participation, compressor=est.compressor, track_h=est.track_h)
+                     participation=est.participation, compressor=est.compressor, track_h=est.track_h,
+                     downlink_compressor=est.downlink_compressor)
 
 
 #: ``algorithm`` name -> factory ``(estimator, model) -> algorithm``

@@ -48,7 +48,8 @@ class FederatedEMMixin:
     Subclasses declare these federated hyper-parameters as ``__init__`` arguments:
     ``algorithm, compressor, participation, step_size, alpha, v_init, batch_size,
     k_in, online_power, online_gamma0, max_iter, tol, n_clients, client_weights,
-    track_h, precondition, safeguard, random_state, verbose, verbose_interval, privacy``, and merge
+    track_h, precondition, safeguard, downlink_compressor, random_state, verbose, verbose_interval,
+    privacy``, and merge
     :attr:`_parameter_constraints` into their own.
     """
 
@@ -73,6 +74,7 @@ class FederatedEMMixin:
         "track_h": ["boolean"],
         "precondition": ["boolean"],
         "safeguard": ["boolean"],
+        "downlink_compressor": [StrOptions({"auto"}), str, Compressor, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "verbose": ["verbose"],
         "verbose_interval": [_POSITIVE_INT],
@@ -132,6 +134,8 @@ class FederatedEMMixin:
         """scikit-learn's parameter validation, then the specs only their builders can parse."""
         self._validate_params()
         make_compressor(self.compressor)
+        if self.downlink_compressor not in ("auto", None):
+            make_compressor(self.downlink_compressor)
         make_participation(self.participation)
 
     # ------------------------------------------------------------------ run

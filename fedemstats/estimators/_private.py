@@ -49,7 +49,8 @@ def run_private(est, model, federation, rng):
     init = {"method": est.init_params} if hasattr(est, "init_params") and private_model.init_methods else {}
     theta0 = public_theta(private_model, cfg, rng, **init)
     algo = PrivateFedEM(private_model, cfg, participation=est.participation, step_size=est.step_size,
-                        safeguard=est.safeguard, compressor=est.compressor)
+                        safeguard=est.safeguard, compressor=est.compressor,
+                        downlink_compressor=est.downlink_compressor)
     result = algo.run(clipped, theta0, est.max_iter - 1, rng)
     result.model = private_model
     return result

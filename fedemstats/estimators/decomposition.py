@@ -81,7 +81,8 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
     rotation : {"varimax", "quartimax"}, optional
         Orthogonal rotation applied to the fitted loadings.
     algorithm, compressor, participation, step_size, alpha, v_init, batch_size, k_in, \
-online_power, online_gamma0, n_clients, client_weights, track_h, random_state, verbose, verbose_interval
+online_power, online_gamma0, n_clients, client_weights, precondition, safeguard, downlink_compressor, track_h, \
+random_state, verbose, verbose_interval
         Federated parameters, as :class:`FederatedGaussianMixture`.
     privacy : DPConfig, optional
         Differential privacy of the fit (``docs/privacy.md``): rows clipped in the public
@@ -118,7 +119,8 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
                  step_size="auto", alpha=None, v_init="mean-field", batch_size=None, k_in=None,
                  online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
                  client_weights="samples", track_h=False,
-                 precondition=True, safeguard=True, random_state=0, verbose=0,
+                 precondition=True, safeguard=True, downlink_compressor="auto",
+                 random_state=0, verbose=0,
                  verbose_interval=10, privacy=None):
         self.n_components = n_components
         self.tol = tol
@@ -141,6 +143,7 @@ online_power, online_gamma0, n_clients, client_weights, track_h, random_state, v
         self.track_h = track_h
         self.precondition = precondition
         self.safeguard = safeguard
+        self.downlink_compressor = downlink_compressor
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval

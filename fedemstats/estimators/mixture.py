@@ -86,6 +86,11 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         the model's geometry that no step can leave (weights and whitened covariances shrink
         at most 4× per round) and a watchdog that undoes a step whose log-likelihood drop
         exceeds its noise (``docs/fedem.md``). Logged in ``history_``.
+    downlink_compressor : "auto", None, str or Compressor, default="auto"
+        How the server broadcasts the iterate: ``"auto"`` quantises its steps with the
+        uplink's compressor in the model's geometry (identity uplink: float64); None sends
+        Ŝ as float64 every round (``docs/fedem.md``, downlink). A private fit (``privacy``)
+        keeps a lossless uplink and may quantise only this.
     track_h : bool, default=False
         Record the exact ||h(Ŝ_k)||² per round in ``history_`` (extra full pass).
     random_state : int, Generator or None
@@ -133,7 +138,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
                  batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
                  n_clients=10, client_weights="samples", track_h=False,
-                 precondition=True, safeguard=True, random_state=None, verbose=0,
+                 precondition=True, safeguard=True, downlink_compressor="auto",
+                 random_state=None, verbose=0,
                  verbose_interval=10, privacy=None):
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -161,6 +167,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         self.track_h = track_h
         self.precondition = precondition
         self.safeguard = safeguard
+        self.downlink_compressor = downlink_compressor
         self.random_state = random_state
         self.verbose = verbose
         self.verbose_interval = verbose_interval
