@@ -102,11 +102,25 @@ def _load(args, *, allow_missing: bool, uses_components: bool = True):
 
 
 def _fit(estimator, features, groups, what: str):
-    """``estimator.fit``; a ``ValueError`` (the estimator refusing the data) names the job and file."""
-    try:
-        return estimator.fit(features, groups=groups)
-    except ValueError as exc:
-        raise CLIError(f"cannot {what}: {exc}") from None
+    """``estimator.fit``; a ``ValueError`` (the estimator refusing the data) names the job and file, and
+    a fit that runs out of rounds says so in one line (not a Python warning with its source line)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        try:
+            fitted = estimator.fit(features, groups=groups)
+        except ValueError as exc:
+            raise CLIError(f"cannot {what}: {exc}") from None
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning):
+            print(f"note: the fit did not converge in {estimator.max_iter - 1} rounds; raise --rounds "
+                  "(the output is the last round's model)", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return fitted
 
 
 def write_outputs(files) -> None:

@@ -59,3 +59,20 @@ def test_demo_csv_has_a_round_column(tmp_path, capsys):
     for _, rows in table.groupby("method"):
         assert rows["round"].tolist() == [0, 1, 2, 3]  # tabulated rounds up to --rounds, last one included
     assert "round" in capsys.readouterr().out
+
+
+def test_impute_that_runs_out_of_rounds_says_so_in_one_line(tmp_path, capsys):
+    """The imputer tests convergence (its default tol): a run out of rounds printed scikit-learn's
+    ConvergenceWarning with a source line; the command line says it in one note instead."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    X[rng.random(X.shape) < 0.2] = np.nan
+    X[np.isnan(X).all(axis=1), 0] = 0.0
+    frame = pd.DataFrame(X, columns=list("abc"))
+    frame.insert(0, "site", np.arange(120) % 4)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    code = main(["impute", "gaussian", str(tmp_path / "d.csv"), "--client-column", "site", "--rounds", "1",
+                 "--out", str(tmp_path / "f.csv")])
+    err = capsys.readouterr().err
+    assert code == 0 and "note: the fit did not converge in 1 rounds; raise --rounds" in err
+    assert "ConvergenceWarning" not in err
