@@ -159,8 +159,17 @@ def _rows(index) -> str:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    import warnings
+
     try:
-        return pd.read_csv(path)
+        # index_col=False: a row with one field more than the header was read as an index, which
+        # silently shifted every column (the client column then held the first data column)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(path, index_col=False)
+    except pd.errors.ParserWarning:
+        raise CLIError(f"data rows of {str(path)!r} have more fields than its header names; add the missing "
+                       "header names or remove the extra fields") from None
     except pd.errors.EmptyDataError:
         raise CLIError(f"{str(path)!r} is empty; expected a header row and data rows") from None
     except pd.errors.ParserError as exc:

@@ -76,3 +76,18 @@ def test_impute_that_runs_out_of_rounds_says_so_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0 and "note: the fit did not converge in 1 rounds; raise --rounds" in err
     assert "ConvergenceWarning" not in err
+
+
+def test_rows_with_more_fields_than_the_header_are_refused_not_shifted(tmp_path, capsys):
+    """pandas read the extra first field as an index: every column shifted by one and the client
+    column held the first data column, exit 0. A trailing comma on every data row is read right."""
+    short = tmp_path / "short.csv"
+    short.write_text("client,x,y\n" + "".join(f"site{i % 3},{i},{i % 5},{i % 7}\n" for i in range(60)))
+    code = main(["fit", "gmm", str(short), "--client-column", "client", "--out", str(tmp_path / "m.json")])
+    assert code == 2 and "more fields than its header names" in capsys.readouterr().err
+    trailing = tmp_path / "trailing.csv"
+    rng = np.random.default_rng(0)
+    trailing.write_text("client,a,b\n" + "".join(f"site{i % 3},{rng.normal()},{rng.normal()},\n" for i in range(60)))
+    code = main(["fit", "gmm", str(trailing), "--client-column", "client", "--rounds", "3",
+                 "--out", str(tmp_path / "t.json")])
+    assert code == 0 and "from 3 clients" in capsys.readouterr().out
