@@ -122,7 +122,13 @@ class GaussianMissingModel(Model):
         m, sd = parts["sum_x"], self.scale
         cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))
         cov.flat[:: self.n_features + 1] += self.reg_covar
-        _, cov, _ = safe_cholesky(cov, self.reg_covar)
+        # repaired in standardised units (scale-free): a floor relative to the largest eigenvalue in
+        # original units bound valid statistics of a unit-scale column next to one of scale 1e6, and
+        # the imputer's correlations fell from 0.42 to 0.03 (every imputation the column's mean)
+        scale = np.outer(sd, sd)
+        _, fixed, repaired = safe_cholesky(cov / scale, self.reg_covar / np.max(sd) ** 2)
+        if repaired:
+            cov = symmetrize(fixed * scale)
         return GaussianParams(self.shift + sd * m, cov)
 
     def expected_stats(self, theta) -> np.ndarray:
