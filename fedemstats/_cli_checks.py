@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -159,8 +160,6 @@ def _rows(index) -> str:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    import warnings
-
     try:
         # index_col=False: a row with one field more than the header was read as an index, which
         # silently shifted every column (the client column then held the first data column)

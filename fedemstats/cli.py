@@ -23,6 +23,7 @@ import logging
 import sys
 import time
 import traceback
+import warnings
 
 from ._cli_checks import (EXIT_FAILURE, EXIT_USAGE, MAX_ROUNDS, MAX_SEED, CLIError, check_against_data,
                           check_input_file, check_output_file, check_output_folder, integer, participation,
@@ -104,8 +105,6 @@ def _load(args, *, allow_missing: bool, uses_components: bool = True):
 def _fit(estimator, features, groups, what: str):
     """``estimator.fit``; a ``ValueError`` (the estimator refusing the data) names the job and file, and
     a fit that runs out of rounds says so in one line (not a Python warning with its source line)."""
-    import warnings
-
     from sklearn.exceptions import ConvergenceWarning
 
     with warnings.catch_warnings(record=True) as caught:

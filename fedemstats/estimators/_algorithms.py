@@ -20,14 +20,17 @@ def _fedem(est, model) -> FedEM:
                  safeguard=est.safeguard, downlink_compressor=est.downlink_compressor)
 
 
+def _lossy(spec, q) -> bool:
+    return make_compressor(spec).omega(q) != 0.0
+
+
 def _exact_em(est, model) -> FedEM:
     """``"em"``: classical EM spread over clients: identity, everyone, γ = 1 (SPEC §3 identity)."""
-    if make_compressor(est.compressor).omega(model.q) != 0.0 or not isinstance(
-            make_participation(est.participation), FullParticipation):
+    if _lossy(est.compressor, model.q) or not isinstance(make_participation(est.participation), FullParticipation):
         raise ValueError("algorithm='em' is exact EM: use compressor='identity' and participation=1.0, "
                          "or algorithm='fedem' for compressed / partial runs.")
     downlink = est.downlink_compressor
-    if downlink not in ("auto", None) and make_compressor(downlink).omega(model.q) != 0.0:
+    if downlink not in ("auto", None) and _lossy(downlink, model.q):
         raise ValueError("algorithm='em' is exact EM: a lossy downlink_compressor would make it inexact; use "
                          "algorithm='fedem' to quantise the broadcast.")
     return FedEM(model, compressor=est.compressor, participation=1.0, step_size=1.0, alpha=1.0,
