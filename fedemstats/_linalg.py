@@ -20,6 +20,7 @@ __all__ = [
     "eigen_floor",
     "eig_floor_value",
     "safe_cholesky",
+    "scaled_cholesky",
     "inv_cholesky_upper",
     "precision_cholesky_from_precision",
     "log_det_triangular",
@@ -102,7 +103,7 @@ def eigen_floor(A: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR) -> 
 
 def safe_cholesky(A: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR):
     """Lower Cholesky factor of ``A`` once every eigenvalue is at least the floor
-    ``max(reg, EIG_REL_FLOOR max|λ|)`` (:func:`eig_floor_value`; within :data:`FLOOR_SLACK`).
+    ``max(reg, rel max|λ|)`` (:func:`eig_floor_value`; within :data:`FLOOR_SLACK`).
 
     ``A`` itself when it already is (bit-exact: the fast path of valid input), else
     :func:`eigen_floor` ``(A, reg)``, which raises only the eigenvalues below the floor. The
@@ -140,6 +141,40 @@ def safe_cholesky(A: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR):
         return L, A, False
     fixed = eigen_floor(A, reg, rel)
     return linalg.cholesky(fixed, lower=True), fixed, True
+
+
+def scaled_cholesky(A: np.ndarray, sd: np.ndarray, reg: float = 0.0, rel: float = EIG_REL_FLOOR):
+    """:func:`safe_cholesky` with the floor applied in units standardised by ``sd``.
+
+    The floor ``max(reg, rel max|λ|)`` holds for ``D⁻¹ A D⁻¹`` (``D = diag(sd)``), so whether and
+    how ``A`` is repaired does not depend on each column's unit. In original units a floor
+    relative to the largest eigenvalue bound the valid statistics of a unit-scale column next to
+    one of scale 1e6 (the Gaussian imputer's correlations fell from 0.42 to 0.03), and the
+    mixture's Cholesky failed outright at scale ratios of 1e8.
+
+    Parameters
+    ----------
+    A : ndarray of shape (d, d)
+    sd : ndarray of shape (d,)
+        Positive column scales (e.g. a model's public scale).
+    reg, rel : float
+        The floor, in standardised units.
+
+    Returns
+    -------
+    L, A_used, repaired
+        As :func:`safe_cholesky`, in original units. Valid ``A`` keeps its own factor (bit-exact),
+        or ``D L_std`` when it is too ill-conditioned to factorise in original units.
+    """
+    sd = np.asarray(sd, dtype=np.float64)
+    D = np.outer(sd, sd)
+    L_std, fixed, repaired = safe_cholesky(A / D, reg, rel)
+    if repaired:
+        return sd[:, None] * L_std, symmetrize(fixed * D), True
+    try:
+        return linalg.cholesky(A, lower=True), A, False
+    except linalg.LinAlgError:
+        return sd[:, None] * L_std, A, False
 
 
 def inv_cholesky_upper(L: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ def test_constant_column_exact_em_is_monotone_and_fedem_follows_it(wine_constant
     round to round; the constant column's variances sit on it, and exact EM lost up to 6.9e-3
     nats/row in a round (sorted split). `dither:s=4` at p = 1, whose watchdog refuses such drops,
     then ended at -8.680 against exact EM's -8.604, `converged_` False after 100 rounds. With the
-    floor fixed by the public `variance_scale` (here reg_covar, as scikit-learn), EM maximises
+    floor fixed in the public scale's units (here below reg_covar, as scikit-learn), EM maximises
     under a fixed constraint."""
     X = wine_constant
     groups = _wine_groups("sorted", X.shape[0])
@@ -79,32 +79,53 @@ def test_raw_breast_cancer_exact_em_is_at_scikit_learn_fixed_point(covariance_ty
     assert abs(sk.score(X) - ours.score(X)) <= LL_TOL, (sk.score(X), ours.score(X))
 
 
-def test_the_floor_is_fixed_by_the_public_variance_scale():
-    """A zero-variance direction is floored at max(reg, MIXTURE_REL_FLOOR * variance_scale), whatever
-    the scale of the component's other directions (up to the data's total variance); without a
-    scale, relative to the matrix."""
+def test_the_floor_is_fixed_in_the_public_scale_units():
+    """A zero-variance direction is floored at max(reg / max σ², MIXTURE_REL_FLOOR) σ_j², whatever the
+    spread of the component's other directions; without a scale (σ = 1), relative to the matrix."""
     from fedemstats.models.gmm_params import MIXTURE_REL_FLOOR
     from fedemstats.models.gmm import GaussianMixtureModel
     rng = np.random.default_rng(0)
-    scale = 1e11
+    scale = np.array([1e5, 1e4])
+    for spread in (1e2, 1e4):
+        X = np.column_stack([spread * rng.standard_normal(200), np.full(200, 3.0)])
+        stats = np.concatenate([[1.0], X.mean(0), [v for v in (X.T @ X / 200)[np.triu_indices(2)]]])
+        fixed = GaussianMixtureModel(1, 2, column_scale=scale).t_map(stats)
+        np.testing.assert_allclose(fixed.covariances[0][1, 1], MIXTURE_REL_FLOOR * scale[1] ** 2, rtol=1e-6)
     for spread in (1e5, 2e5):
         X = np.column_stack([spread * rng.standard_normal(200), np.full(200, 3.0)])
         stats = np.concatenate([[1.0], X.mean(0), [v for v in (X.T @ X / 200)[np.triu_indices(2)]]])
-        fixed = GaussianMixtureModel(1, 2, variance_scale=scale).t_map(stats)
-        np.testing.assert_allclose(fixed.covariances[0][1, 1], MIXTURE_REL_FLOOR * scale, rtol=1e-6)
         relative = GaussianMixtureModel(1, 2).t_map(stats)
         np.testing.assert_allclose(relative.covariances[0][1, 1], MIXTURE_REL_FLOOR * spread ** 2, rtol=0.3)
 
 
-def test_public_variance_scale_is_the_pooled_variances_sum():
-    """Merged client summaries give the pooled table's total variance (rows of 7 clients)."""
+@pytest.mark.parametrize("covariance_type", ["full", "tied"])
+def test_gaussian_mixture_is_equivariant_to_one_column_in_huge_units(covariance_type):
+    """A floor in original units (1e-13 of the total variance) bound the unit-scale columns next to
+    one of scale 1e8 (-13.08 against -5.52 nats/row, shifted by log 1e8); in the public scale's units
+    it does not."""
+    rng = np.random.default_rng(0)
+    z, label = rng.normal(size=(600, 1)), rng.integers(3, size=600)
+    X = np.hstack([z + 0.5 * rng.normal(size=(600, 1)) + 3 * label[:, None], z + rng.normal(size=(600, 2))])
+    groups = np.arange(600) % 6
+    scores = [FederatedGaussianMixture(3, covariance_type=covariance_type, algorithm="em", random_state=0)
+              .fit(X * [k, 1, 1], groups=groups).score(X * [k, 1, 1]) + np.log(k) for k in (1e3, 1e8)]
+    assert abs(scores[0] - scores[1]) <= 1e-6, scores
+
+
+def test_public_scale_is_the_pooled_standard_deviation():
+    """Merged client summaries give the pooled table's standard deviations (rows of 7 clients); the
+    constant column gets the others' median."""
     from fedemstats.federation import Federation
     from fedemstats.models.gmm import GaussianMixtureModel
     rng = np.random.default_rng(1)
     X = 1e8 + rng.standard_normal((300, 4)) * [1.0, 1e-3, 10.0, 0.0]
     fed = Federation(X, np.linspace(0, 300, 8).astype(int))
     model = GaussianMixtureModel.from_federation(fed, n_components=2)
-    np.testing.assert_allclose(model.variance_scale, np.var(X - 1e8, axis=0).sum(), rtol=1e-9)
+    sd = np.std(X - 1e8, axis=0)
+    expected = np.r_[sd[:3], np.median(sd[:3])]
+    # a standard deviation at offset 1e8 keeps about eps 1e8 / sd of relative precision (1e-5 at sd 1e-3)
+    conditioning = np.finfo(float).eps * 1e8 / expected
+    assert np.all(np.abs(model.column_scale - expected) <= 100 * conditioning * expected), model.column_scale / expected - 1
     np.testing.assert_allclose(model.shift, X.mean(0), rtol=1e-15)
 
 

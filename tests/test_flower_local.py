@@ -55,11 +55,11 @@ def test_local_grid_matches_in_process_engine(data):
     assert min(grid.contexts) >= FIRST_NODE_ID > 2**63
 
 
-def test_the_public_variance_scale_reaches_the_nodes_where_the_floor_binds(tmp_path):
-    """A column of 1e4 scale next to a constant one: the constant column's variances sit on the T-map's
-    floor max(reg_covar, 1e-13 × variance_scale) = 1e-5, which the nodes apply only if the server sent
-    them the scale (a node built without it floors at reg_covar = 1e-6, and its geometry and statistics
-    leave the in-process run's)."""
+def test_the_public_scale_reaches_the_nodes_where_the_floor_binds(tmp_path):
+    """Columns of 3e4 scale next to a constant one: the constant column's variances sit on the T-map's
+    floor, 1e-13 in the public scale's units (σ = the others' median, about 1e5: 1e-3 in original
+    units), which the nodes apply only if the server sent them the scale (a node built without it
+    floors at reg_covar = 1e-6, and its geometry and statistics leave the in-process run's)."""
     folder = tmp_path / "floor"
     folder.mkdir()
     parts = []
@@ -69,10 +69,11 @@ def test_the_public_variance_scale_reaches_the_nodes_where_the_floor_binds(tmp_p
         parts.append(np.loadtxt(folder / f"partition-{i}.csv", delimiter=",", ndmin=2))
     result = FedEMStrategy(GMMProblem(2), SETTINGS).start(_grid(str(folder)))
     reference = reference_run(parts, GMMProblem(2), SETTINGS)
-    assert result["variance_scale"] > 1e7  # the floor 1e-13 × scale exceeds reg_covar
-    assert np.min(np.array(result["theta"]["covariances"])[:, 2, 2]) >= 0.999e-13 * result["variance_scale"]
+    floor = 1e-13 * result["column_scale"][2] ** 2
+    assert floor > 1e-6  # above reg_covar: the floor binds
+    assert np.min(np.array(result["theta"]["covariances"])[:, 2, 2]) >= 0.999 * floor
     diffs = max_abs_difference(result, reference)
-    assert max(diffs.values()) < TOL * max(1.0, result["variance_scale"]), diffs
+    assert max(diffs.values()) < TOL * max(1.0, max(result["column_scale"]) ** 2), diffs
 
 
 def test_local_grid_matches_federated_gaussian_mixture(data):

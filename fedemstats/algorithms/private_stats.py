@@ -40,16 +40,15 @@ ROWS_PER_CHUNK = 2048
 
 def public_model(model, config):
     """A copy of ``model`` whose shift / scale are the public geometry of ``config`` (the
-    data-derived centring of a non-private fit would leak) and without a data-derived
-    ``variance_scale`` (a mixture's T-map floor is then relative to each matrix)."""
+    data-derived centring of a non-private fit would leak)."""
     out = copy.copy(model)
     center, scale = config.public_geometry(model.n_features)
     if hasattr(out, "shift"):
         out.shift = center
     if hasattr(out, "scale"):
         out.scale = scale
-    if hasattr(out, "variance_scale"):
-        out.variance_scale = None  # the data's total variance is not public either
+    if hasattr(out, "column_scale"):
+        out.column_scale = scale  # a mixture's T-map floor, in the public geometry's units
     return out
 
 

@@ -106,8 +106,7 @@ class _Node:
         X = self._data(context)
         problem = _problem_from(message.content, self.problem_type)
         public = from_array_record(message.content[P.ARRAYS])
-        return (problem.build_model(X.shape[1], public["shift"], float(public["variance_scale"][0])),
-                Federation(X, [0, X.shape[0]]))
+        return problem.build_model(X.shape[1], public["shift"], public["column_scale"]), Federation(X, [0, X.shape[0]])
 
     def _check_partition(self, config, context):
         expected, own = int(config[P.PARTITION_ID]), partition_id_of(context)

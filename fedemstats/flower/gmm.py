@@ -70,15 +70,15 @@ class GMMProblem:
                 f"reg_covar={self.reg_covar!r}, init={self.init!r})")
 
     # ------------------------------------------------------------------ model
-    def build_model(self, n_features, shift, variance_scale=None) -> GaussianMixtureModel:
-        """The model with the public centring point ``shift`` (the global mean) and
-        ``variance_scale`` (the trace of the pooled covariance: the T-map's eigenvalue floor)."""
+    def build_model(self, n_features, shift, column_scale=None) -> GaussianMixtureModel:
+        """The model with the public centring point ``shift`` (the global mean) and ``column_scale``
+        (the pooled standard deviations, in whose units the T-map floors eigenvalues)."""
         return GaussianMixtureModel(self.n_components, int(n_features), self.covariance_type,
-                                    self.reg_covar, shift=shift, variance_scale=variance_scale)
+                                    self.reg_covar, shift=shift, column_scale=column_scale)
 
     def model_from_federation(self, federation) -> GaussianMixtureModel:
         """The model of an in-process federation of the same partitions (its shift the global mean,
-        its variance scale the pooled variances' sum)."""
+        its scale the pooled standard deviations)."""
         return GaussianMixtureModel.from_federation(federation, n_components=self.n_components,
                                                     covariance_type=self.covariance_type, reg_covar=self.reg_covar)
 

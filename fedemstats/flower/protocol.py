@@ -4,7 +4,7 @@ Message types (``<category>.<action>`` as Flower routes them):
 
 ``query.describe``
     Node -> server: its partition id, row count and local moments (mean and
-    centred scatter), from which the server forms the public shift and variance scale, the client
+    centred scatter), from which the server forms the public shift and column scale, the client
     weights ``m_i / N`` and θ_0. Sent once per node (again for a node that
     (re)appears with a new node id).
 ``train.stats``
@@ -34,7 +34,7 @@ ROUND = "train"
 # record names inside a RecordDict
 CONFIG = "config"          # ConfigRecord: round, entropy, alpha, client, partition-id, compressor
 SPEC = "spec"              # ConfigRecord: the problem's public spec
-ARRAYS = "arrays"          # ArrayRecord: shift, variance_scale, s_hat, v (instruction) / stats, mean, scatter (reply)
+ARRAYS = "arrays"          # ArrayRecord: shift, column_scale, s_hat, v (instruction) / stats, mean, scatter (reply)
 PARAMS = "params"          # ArrayRecord: arrays of θ (train.stats)
 PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
 PAYLOAD = "payload"        # ConfigRecord: codec name and encoded bytes of the compressed Δ_i (round 0: the

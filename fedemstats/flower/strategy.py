@@ -26,6 +26,7 @@ from ..algorithms.base import draw_entropy
 from ..algorithms.server import decode_messages, memory_update, weighted_sums
 from ..algorithms.start import round0_compressor
 from ..ledger import FLOAT64_BITS
+from ..models._summaries import public_scale
 from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
@@ -80,7 +81,7 @@ class FedEMStrategy(Strategy):
         sizes = np.array([d.n_rows for d in descs], dtype=np.int64)
         self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
         mean, cov = pooled_moments(descs)
-        self.model = self.problem.build_model(mean.shape[0], mean, float(np.trace(cov)))
+        self.model = self.problem.build_model(mean.shape[0], mean, public_scale(cov, mean))
         self.algorithm = algo = s.algorithm(self.model)
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
         entropy = draw_entropy(self.rng)
@@ -163,9 +164,9 @@ class FedEMStrategy(Strategy):
         return [by_pid[pid] for pid in self.partitions]
 
     def _public(self) -> dict:
-        """The model's public constructor arrays every instruction carries: the shift and the
-        variance scale (which fixes the T-map's eigenvalue floor)."""
-        return {"shift": self.model.shift, "variance_scale": np.array([self.model.variance_scale])}
+        """The model's public constructor arrays every instruction carries: the shift and the column
+        scale (in whose units the T-map floors eigenvalues)."""
+        return {"shift": self.model.shift, "column_scale": self.model.column_scale}
 
     def _content(self, client, config, **arrays) -> RecordDict:
         config = {"client": int(client), P.PARTITION_ID: int(self.partitions[client]), **config}
@@ -341,7 +342,7 @@ class FedEMStrategy(Strategy):
         theta = self.model.params_to_dict(self.model.t_map(self.state.s_hat))
         return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
                 "partitions": list(self.partitions), "weights": self.weights.tolist(),
-                "shift": self.model.shift.tolist(), "variance_scale": self.model.variance_scale,
+                "shift": self.model.shift.tolist(), "column_scale": self.model.column_scale.tolist(),
                 "entropy": int(self.state.entropy),
                 "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
                 "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
-                       safe_cholesky, symmetrize)
+                       scaled_cholesky, symmetrize)
 from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
 from ._mixture import RESP_FLOOR, component_mass
-from ._summaries import INIT_METHODS, global_mean_and_variances
+from ._summaries import INIT_METHODS, check_shift_scale, global_mean_and_variances, public_scale
 from .base import Model
 from .gmm_denoise import floor_noisy_covariances
 from .gmm_geometry import gmm_geometry
@@ -99,11 +99,12 @@ class GaussianMixtureModel(Model):
         Added to the covariance diagonal in the T-map (as scikit-learn).
     shift : array-like of shape (n_features,), optional
         Public centring point ``c`` (e.g. the global mean); default zeros.
-    variance_scale : float, optional
-        Public scale of the data: the trace of the pooled covariance (the sum of the column
-        variances; :meth:`public_centring`). It fixes the T-map's eigenvalue floor at
-        ``max(reg_covar, MIXTURE_REL_FLOOR * variance_scale)`` (1e-13) for the whole fit; without it
-        the floor is relative to each repaired matrix's own largest eigenvalue.
+    column_scale : array-like of shape (n_features,), optional
+        Public positive column scales ``σ`` (:meth:`public_centring`: the pooled standard
+        deviations); default ones. The T-map's eigenvalue floor holds in these units
+        (:attr:`floor`), so a repair does not depend on each column's unit. The statistics
+        themselves stay in original units (centred on ``shift`` only), unlike the ``scale``
+        of the models that standardise their data.
 
     Attributes
     ----------
@@ -116,29 +117,29 @@ class GaussianMixtureModel(Model):
     init_methods = INIT_METHODS
 
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None,
-                 variance_scale=None):
+                 column_scale=None):
         self.n_components = check_int(n_components, "n_components")
         self.n_features = check_int(n_features, "n_features")
         self.covariance_type = check_covariance_type(covariance_type)
         self.reg_covar = check_positive(reg_covar, "reg_covar", strict=False)
         K, d = self.n_components, self.n_features
-        self.shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64).copy()
-        if self.shift.shape != (d,) or not np.all(np.isfinite(self.shift)):
-            raise ValueError(f"shift must be a finite array of shape ({d},); got {self.shift.shape}.")
-        self.variance_scale = None if variance_scale is None else check_positive(
-            variance_scale, "variance_scale", strict=False)
+        self.shift, self.column_scale = check_shift_scale(shift, column_scale, d)
         self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
 
     @property
-    def eig_floor(self) -> float:
-        """The T-map's eigenvalue floor: ``max(reg_covar, MIXTURE_REL_FLOOR * variance_scale)``."""
-        # A floor that moved with each component's largest eigenvalue made exact EM lose
-        # likelihood on a constant column (its variance sits on the floor: raw wine, 7e-3
-        # nats/row) and a compressed fit's watchdog then refused the steps exact EM takes.
-        # Fixed for the fit, the floor is a constraint the M-step maximises under.
-        if self.variance_scale is None:
-            return self.reg_covar
-        return eig_floor_value(self.variance_scale, self.reg_covar, MIXTURE_REL_FLOOR)
+    def floor(self) -> float:
+        """The T-map's eigenvalue floor in the public scale's units: ``max(reg_covar / max σ²,
+        MIXTURE_REL_FLOOR)``. ``reg_covar I`` is at least ``reg_covar / max σ²`` there, so valid
+        statistics are never floored, whatever the columns' units; the floor is fixed for the fit,
+        a constraint the M-step maximises under."""
+        # a floor moving with each component's largest eigenvalue made exact EM lose likelihood on a
+        # constant column (raw wine: 7e-3 nats/row in a round); in original units at 1e-10 it bound
+        # valid statistics of raw breast-cancer (4.7-5.9 nats/row below scikit-learn)
+        return max(self.reg_covar / float(np.max(self.column_scale)) ** 2, MIXTURE_REL_FLOOR)
+
+    def repair(self, cov):
+        """:func:`fedemstats._linalg.scaled_cholesky` of one covariance matrix at :attr:`floor`."""
+        return scaled_cholesky(cov, self.column_scale, self.floor, MIXTURE_REL_FLOOR)
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -196,11 +197,9 @@ class GaussianMixtureModel(Model):
 
         1. ``S0_k`` is clipped below at :data:`RESP_FLOOR` and the weights renormalised;
         2. covariance matrices are symmetrised;
-        3. eigenvalues below ``max(eig_floor, MIXTURE_REL_FLOOR * max|eig|, EIG_ABS_FLOOR)``
-           (resp. a variance <= 0) are raised to it (:func:`fedemstats._linalg.safe_cholesky`,
-           continuous in ``s``); valid input keeps the exact fast path. With the public
-           ``variance_scale``, ``eig_floor`` is fixed for the fit and is the binding term
-           unless a component's largest eigenvalue exceeds the data's total variance.
+        3. eigenvalues of ``D⁻¹ Σ D⁻¹`` (``D`` the public scale) below
+           ``max(floor, MIXTURE_REL_FLOOR * max|eig|)`` (resp. a variance <= 0) are raised to
+           it (:meth:`repair`, continuous in ``s``); valid input keeps the exact fast path.
 
         Raises
         ------
@@ -213,7 +212,7 @@ class GaussianMixtureModel(Model):
         cov = _raw_covariances(self.covariance_type, s0, m, parts["sum_xx"], self.reg_covar)
         if not (np.all(np.isfinite(m)) and np.all(np.isfinite(cov))):
             raise ValueError("t_map overflowed on extreme statistics; lower the step size.")
-        cov, pc = _repair(cov, self.covariance_type, self.eig_floor)
+        cov, pc = _repair(cov, self.covariance_type, self)
         return GMMParams(weights, m + self.shift, cov, pc, self.covariance_type)
 
     def expected_stats(self, theta) -> np.ndarray:
@@ -283,11 +282,11 @@ class GaussianMixtureModel(Model):
 
     @classmethod
     def public_centring(cls, federation) -> dict:
-        """``{"shift": global mean, "variance_scale": sum of the pooled column variances}`` from
-        the clients' counts, means and centred sums of squares
-        (:func:`._summaries.global_mean_and_variances`)."""
+        """``{"shift": global mean, "column_scale": pooled standard deviations}`` from the clients' counts,
+        means and centred sums of squares (:func:`._summaries.global_mean_and_variances`;
+        constant columns get the others' scale, :func:`._summaries.public_scale`)."""
         mean, variances = global_mean_and_variances(federation)
-        return {"shift": mean, "variance_scale": float(np.sum(variances))}
+        return {"shift": mean, "column_scale": public_scale(np.diag(variances), mean)}
 
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
         """Federated initialisation (see :func:`fedemstats.models.gmm_init.init_params`)."""
@@ -317,16 +316,16 @@ def _raw_covariances(ctype, s0, m, s2, reg):
     return cov
 
 
-def _repair(cov, ctype, reg):
+def _repair(cov, ctype, model):
     """(covariances, precisions_cholesky), flooring only what fails (see t_map)."""
     if ctype in ("diag", "spherical"):
         bad = cov <= 0
         if bad.any():
-            cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), reg, MIXTURE_REL_FLOOR), cov)
+            cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), model.reg_covar, MIXTURE_REL_FLOOR), cov)
         return cov, 1.0 / np.sqrt(cov)
     mats = as_matrices(cov, ctype).copy()
     pcs = np.empty_like(mats)
     for k, c in enumerate(mats):
-        L, mats[k], _ = safe_cholesky(c, reg, MIXTURE_REL_FLOOR)
+        L, mats[k], _ = model.repair(c)
         pcs[k] = inv_cholesky_upper(L)
     return (mats, pcs) if ctype == "full" else (mats[0], pcs[0])

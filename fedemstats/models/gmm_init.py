@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg import safe_cholesky
 from .._validation import check_rng
 from ._kmeans_summaries import LOCAL_KMEANS_MAX_ROWS, client_row_sample, init_kmeans_summaries
-from ._summaries import (INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError, check_init_method, global_moments,
-                         global_variances)
-from .gmm_params import MIXTURE_REL_FLOOR, GMMParams, make_params, shared_covariances
+from ._summaries import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError, check_init_method, global_moments
+from .gmm_params import GMMParams, make_params, shared_covariances
 
 __all__ = ["init_params", "init_random_from_moments", "INIT_METHODS", "SUMMARY_MIN_ROWS",
            "TooFewSummariesError"]
@@ -49,7 +47,7 @@ def init_random_from_moments(mean, cov, model, rng) -> GMMParams:
     K, ctype = model.n_components, model.covariance_type
     # repaired as the T-map repairs any statistic (collinear columns at a scale where reg_covar
     # is negligible leave cov + reg_covar I singular in float64)
-    _, cov, _ = safe_cholesky(cov + model.reg_covar * np.eye(model.n_features), model.eig_floor, MIXTURE_REL_FLOOR)
+    _, cov, _ = model.repair(cov + model.reg_covar * np.eye(model.n_features))
     means = rng.multivariate_normal(mean, cov, size=K)
     return make_params(np.full(K, 1.0 / K), means, shared_covariances(cov, ctype, K), covariance_type=ctype)
 
@@ -93,10 +91,9 @@ def init_params(federation, model, method="kmeans", rng=None, min_rows=SUMMARY_M
     means = init_kmeans_summaries(federation, K, rng, min_rows=min_rows)
     # Nearest-mean labels do not depend on the common variance, but in floating point the
     # squared distances must not vanish next to the log-weight constant: at data scale 1e-8,
-    # unit variances would make every row a tie. The data's own mean variance keeps the
-    # labels equivariant to rescaling.
-    total = model.variance_scale if model.variance_scale is not None else float(np.sum(global_variances(federation)))
-    unit = total / d or 1.0
+    # unit variances would make every row a tie. The data's own mean variance (the model's public
+    # scale) keeps the labels equivariant to rescaling.
+    unit = float(np.mean(model.column_scale ** 2))  # public centring's pass, not a new one
     eye = shared_covariances(unit * np.eye(d), ctype, K)
     labels_theta = make_params(np.full(K, 1.0 / K), means, eye, covariance_type=ctype)
     sample = client_row_sample(federation, hard_pass_rows(federation, model, labels_theta), rng)

@@ -14,7 +14,7 @@ import numpy as np
 from .._validation import check_rng
 from ._mixture_missing import impute_mixture, mixture_log_likelihood, mixture_segment_sums
 from ._kmeans_summaries import filled_kmeans_summaries
-from ._summaries import SUMMARY_MIN_ROWS, check_init_method, nan_moments, regularised_nan_moments
+from ._summaries import SUMMARY_MIN_ROWS, check_init_method, regularised_nan_moments, standardising_shift_scale
 from .gmm import GaussianMixtureModel
 from .gmm_params import GMMParams, full_covariances, make_params, shared_covariances
 
@@ -48,18 +48,18 @@ class GaussianMixtureMissingModel(GaussianMixtureModel):
     allow_nan = True
 
     def __init__(self, n_components, n_features, covariance_type="full", reg_covar=1e-6, shift=None,
-                 variance_scale=None):
+                 column_scale=None):
         if covariance_type not in MISSING_COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {MISSING_COVARIANCE_TYPES} with missing "
                              f"values; got {covariance_type!r}.")
-        super().__init__(n_components, n_features, covariance_type, reg_covar, shift, variance_scale)
+        super().__init__(n_components, n_features, covariance_type, reg_covar, shift, column_scale)
 
     @classmethod
     def public_centring(cls, federation) -> dict:
-        """``{"shift": mean of the observed values, "variance_scale": sum of the observed
-        values' variances}`` (:func:`._summaries.nan_moments`, which the initialisation reuses)."""
-        mean, cov = nan_moments(federation)
-        return {"shift": mean, "variance_scale": float(np.trace(cov))}
+        """``{"shift", "column_scale"}``: the observed values' mean and standard deviations
+        (:func:`._summaries.standardising_shift_scale`, whose moments the initialisation reuses)."""
+        public = standardising_shift_scale(federation)
+        return {"shift": public["shift"], "column_scale": public["scale"]}
 
     def client_stats(self, federation, theta, clients=None, batch=None, rng=None):
         """:meth:`Model.client_stats`: missing entries marginalised in the E-step (see class Notes)."""

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._linalg import check_spd, inv_cholesky_upper, precision_cholesky_from_precision, safe_cholesky
+from .._linalg import check_spd, inv_cholesky_upper, precision_cholesky_from_precision, scaled_cholesky
 
 __all__ = ["GMMParams", "make_params", "COVARIANCE_TYPES", "check_covariance_type", "covariance_shape",
            "as_matrices", "precisions_from_cholesky", "shared_covariances", "full_covariances",
            "covariance_matrices", "MIXTURE_REL_FLOOR"]
 
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
-#: The mixture T-map's relative eigenvalue floor (of the data's total variance, or of a repaired
-#: matrix's largest eigenvalue): a numerical guard, not a model choice. float64 eigenvalues carry
-#: a round-off of about d·eps·λ_max ≈ 1e-14 λ_max, and Cholesky needs a condition number well
-#: below 1/eps. At :data:`fedemstats._linalg.EIG_REL_FLOOR` (1e-10) the floor bound valid
-#: statistics where scikit-learn's reg_covar does not: raw breast-cancer (column variances 1e-6
-#: to 1e5) fitted 2 (tied) to 6 (full) nats/row below scikit-learn from the same start.
+#: The mixture T-map's relative eigenvalue floor, in the public scale's units (of a unit variance,
+#: or of a repaired matrix's largest eigenvalue): a numerical guard, not a model choice. float64
+#: eigenvalues carry a round-off of about d·eps·λ_max ≈ 1e-14 λ_max, and Cholesky needs a condition
+#: number well below 1/eps. At :data:`fedemstats._linalg.EIG_REL_FLOOR` (1e-10) in original units the
+#: floor bound valid statistics where scikit-learn's reg_covar does not: raw breast-cancer (column
+#: variances 1e-6 to 1e5) fitted 4.7 (tied) to 5.9 (full) nats/row below scikit-learn's fixed point.
 MIXTURE_REL_FLOOR = 1e-13
 #: Tolerance on sum(weights) == 1 in make_params.
 WEIGHTS_SUM_TOL = 1e-6
@@ -184,7 +184,8 @@ def _complete(arr, kind, ctype):
     for m in mats:
         check_spd(m, "precisions" if kind == 1 else "covariances")
     if kind == 0:
-        pcs = np.array([inv_cholesky_upper(safe_cholesky(c, 0.0, MIXTURE_REL_FLOOR)[0]) for c in mats])
+        pcs = np.array([inv_cholesky_upper(scaled_cholesky(c, np.sqrt(np.diag(c)), 0.0, MIXTURE_REL_FLOOR)[0])
+                        for c in mats])
         covs = mats.copy()
     else:
         pcs = np.array([precision_cholesky_from_precision(p) for p in mats])

@@ -68,8 +68,7 @@ def _node_codec(message, context):
     Ŝ_k, rebuilt as the node built it (:mod:`fedemstats.flower.client`)."""
     content, config = message.content, message.content[P.CONFIG]
     public = from_array_record(content[P.ARRAYS])
-    model = _problem_from(content, None).build_model(public["shift"].size, public["shift"],
-                                                     float(public["variance_scale"][0]))
+    model = _problem_from(content, None).build_model(public["shift"].size, public["shift"], public["column_scale"])
     algo = _algorithm(model, config)
     node = load_state(context, int(config["entropy"]))
     return algo.compressor, model.q, algo.client_geometry(model.t_map(node.s_hat), node.s_hat).blocks
