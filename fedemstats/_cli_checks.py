@@ -22,7 +22,7 @@ import pandas as pd
 __all__ = [
     "CLIError", "EXIT_USAGE", "EXIT_FAILURE", "MAX_ROUNDS", "MAX_SEED",
     "integer", "step_size", "participation",
-    "check_input_file", "check_output_file", "check_output_folder", "read_client_csv",
+    "check_input_file", "check_output_file", "check_output_folder", "read_client_csv", "read_cells_as_text",
 ]
 
 #: exit status of a usage error (bad option, path or data), as argparse uses
@@ -159,13 +159,13 @@ def _rows(index) -> str:
     return shown + (", ..." if len(index) > SHOWN else "")
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, **options) -> pd.DataFrame:
     try:
         # index_col=False: a row with one field more than the header was read as an index, which
         # silently shifted every column (the client column then held the first data column)
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            return pd.read_csv(path, index_col=False)
+            return pd.read_csv(path, index_col=False, **options)
     except pd.errors.ParserWarning:
         raise CLIError(f"data rows of {str(path)!r} have more fields than its header names; add the missing "
                        "header names or remove the extra fields") from None
@@ -179,7 +179,54 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise CLIError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def read_cells_as_text(path: Path) -> pd.DataFrame:
+    """Every cell as the text the file holds (empty cells as ``''``), to write untouched cells back
+    exactly as read: parsing turned ``5`` into ``5.0`` and the client ``002`` into ``2``."""
+    return _read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _check_header(path: Path, where: str) -> None:
+    """Header names are present and distinct (pandas renames a second ``a`` to ``a.1`` and an empty
+    name to ``Unnamed: 4``, which then surfaced in messages about the data)."""
+    names = _read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
+    unnamed = [i + 1 for i, n in enumerate(names) if not str(n).strip()]
+    if unnamed:
+        raise CLIError(f"the header of {where} has no name for column(s) {unnamed[:SHOWN]} (counting from 1; "
+                       "a trailing comma?); name them or remove them")
+    counts = pd.Series(names).value_counts()
+    repeated = sorted(counts.index[counts > 1])
+    if repeated:
+        raise CLIError(f"column name(s) {repeated[:SHOWN]} appear more than once in the header of {where}; "
+                       "rename them")
+
+
+def _check_excel_separator_line(path: Path) -> None:
+    """Excel may write a ``sep=,`` line above the header; read as the header, it made every data row
+    look one field too long."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as fh:
+            first = fh.readline().strip().lower()
+    except OSError:
+        return  # _read_csv reports it
+    if first.startswith("sep="):
+        raise CLIError(f"the first line of {str(path)!r} is Excel's {first!r} line, not a header; remove it "
+                       "(fedemstats reads comma-separated files with the header on the first line)")
+
+
+def _delimiter_hint(columns) -> str:
+    """A hint when the file is not comma-separated: one header cell holding ';' or a tab."""
+    first = str(columns[0]) if len(columns) else ""
+    for sep, name in ((";", "';'"), ("\t", "tab")):
+        if len(columns) == 1 and sep in first:
+            return f"; the file seems to be {name}-separated: fedemstats reads comma-separated files"
+    return ""
+
+
 def _check_numeric(features: pd.DataFrame, where: str) -> None:
+    flags = [c for c in features.columns if pd.api.types.is_bool_dtype(features[c])]
+    if flags:
+        raise CLIError(f"column(s) {flags[:SHOWN]} of {where} hold True/False, not numbers; convert them to "
+                       "0/1 or remove them")
     bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
     if not bad:
         return
@@ -198,15 +245,15 @@ def _check_finite(features: pd.DataFrame, where: str, allow_missing: bool) -> No
         raise CLIError(f"column(s) {infinite[:SHOWN]} of {where} hold infinite values; "
                        "replace them with finite numbers")
     missing = np.isnan(values)
+    cols = [c for c, bad in zip(features.columns, missing.all(axis=0)) if bad]
+    if cols:
+        raise CLIError(f"column(s) {cols[:SHOWN]} of {where} are entirely empty; remove them")
     if not allow_missing:
         cols = [c for c, bad in zip(features.columns, missing.any(axis=0)) if bad]
         if cols:
             raise CLIError(f"column(s) {cols[:SHOWN]} of {where} have empty cells; this model needs "
                            "every cell (fill them with 'fedemstats impute')")
         return
-    cols = [c for c, bad in zip(features.columns, missing.all(axis=0)) if bad]
-    if cols:
-        raise CLIError(f"column(s) {cols[:SHOWN]} of {where} have no value at all; remove them")
     rows = np.flatnonzero(missing.all(axis=1))
     if rows.size:
         raise CLIError(f"{rows.size} data row(s) of {where} have no value besides the client "
@@ -219,11 +266,14 @@ def read_client_csv(path: Path, client_column: str, *, allow_missing: bool):
     ``features`` holds every column except ``client_column``, all numeric and finite
     (empty cells allowed only when ``allow_missing``); ``groups`` is the client of each row.
     """
-    frame = _read_csv(path)
+    _check_excel_separator_line(path)
+    # the client column as text: '002' and '2', or '1' and '1.0', are different sites
+    frame = _read_csv(path, dtype={client_column: str})
     where = repr(str(path))
     if client_column not in frame.columns:
         raise CLIError(f"column {client_column!r} (--client-column) is not in {where}; "
-                       f"its columns are {list(frame.columns)[:20]}")
+                       f"its columns are {list(frame.columns)[:20]}{_delimiter_hint(frame.columns)}")
+    _check_header(path, where)
     if frame.empty:
         raise CLIError(f"{where} has a header but no data rows")
     groups = frame.pop(client_column)

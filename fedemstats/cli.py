@@ -27,7 +27,7 @@ import warnings
 
 from ._cli_checks import (EXIT_FAILURE, EXIT_USAGE, MAX_ROUNDS, MAX_SEED, CLIError, check_against_data,
                           check_input_file, check_output_file, check_output_folder, integer, participation,
-                          read_client_csv, step_size)
+                          read_cells_as_text, read_client_csv, step_size)
 from ._io import write_files_atomic
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -71,7 +71,9 @@ def build_parser():
     imp.add_argument("model", choices=["gaussian", "gmm", "poisson"])
     imp.add_argument("data", help="CSV file with a header row; empty cells are missing")
     _add_common_fit_options(imp, n_components=3, rounds_help="maximum FedEM rounds (default 100)")
-    imp.add_argument("--out", required=True, help="output CSV (same columns, missing cells filled)")
+    imp.add_argument("--out", required=True,
+                     help="output CSV: the input's columns and cells as written, each empty cell filled with its "
+                          "conditional expectation (not rounded, also for poisson counts)")
 
     from ._demo import DEMO_ROUNDS
     demo = sub.add_parser("demo", help="compare EM, FedEM and naive compressed EM on embedded data")
@@ -99,7 +101,29 @@ def _load(args, *, allow_missing: bool, uses_components: bool = True):
     features, groups = read_client_csv(data, args.client_column, allow_missing=allow_missing)
     check_against_data(args, len(features), len(set(groups.tolist())), repr(args.data),
                        uses_components=uses_components)
+    if isinstance(args.participation, int) and args.participation == 1:
+        _note("--participation 1 is one client per round; 1.0 is every client")
     return out, features, groups
+
+
+def _note(message: str) -> None:
+    """One ``note:`` line on stderr: something the user may not expect, not a failure."""
+    print("note: " + " ".join(str(message).split()), file=sys.stderr)
+
+
+def _clients(n: int) -> str:
+    return f"{n} client" + ("" if n == 1 else "s")
+
+
+def _history_notes(history) -> float:
+    """A note when no client took part after round 0 (the output is then the initial model); return
+    the last finite log-likelihood (a round without participants has none)."""
+    active = history["n_active"].to_numpy()[1:]
+    if active.size and not active.any():
+        _note(f"no client took part in rounds 1-{active.size} (--participation too low for this many "
+              "clients); the output is the initial model")
+    finite = history["loglik"].dropna()
+    return float(finite.iloc[-1]) if len(finite) else float("nan")
 
 
 def _fit(estimator, features, groups, what: str):
@@ -115,10 +139,10 @@ def _fit(estimator, features, groups, what: str):
             raise CLIError(f"cannot {what}: {exc}") from None
     for w in caught:
         if issubclass(w.category, ConvergenceWarning):
-            print(f"note: the fit did not converge in {estimator.max_iter - 1} rounds; raise --rounds "
-                  "(the output is the last round's model)", file=sys.stderr)
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            _note(f"the fit did not converge in {estimator.max_iter - 1} rounds; raise --rounds "
+                  "(the output is the last round's model)")
+        else:  # one line, not a Python warning with its source line
+            _note(w.message)
     return fitted
 
 
@@ -157,10 +181,10 @@ def _cmd_fit(args):
         raise CLIError(f"the fit of {args.data!r} produced non-finite parameters; nothing written "
                        "(try a smaller --step-size or another --seed)") from None
     write_outputs({out: text.encode("utf-8")})
-    last = est.history_.iloc[-1]
+    loglik = _history_notes(est.history_)
     print(f"fitted {args.n_components}-component GMM on {len(frame)} rows from "
-          f"{payload['n_clients']} clients in {payload['seconds']:.2f} s; "
-          f"loglik {last['loglik']:.4f}; {int(last['cumulative_bits'])} bits sent; wrote {args.out}")
+          f"{_clients(payload['n_clients'])} in {payload['seconds']:.2f} s; "
+          f"loglik {loglik:.4f}; {int(est.history_['cumulative_bits'].iloc[-1])} bits sent; wrote {args.out}")
     return 0
 
 
@@ -172,12 +196,19 @@ def _cmd_impute(args):
                            participation=args.participation, step_size=args.step_size, max_iter=args.rounds + 1,
                            random_state=args.seed, verbose=args.verbose).set_output(transform="pandas")
     filled = _fit(imp, frame, groups, f"impute {args.data!r} with the {args.model} model").transform(frame)
-    filled.insert(0, args.client_column, groups)
+    _history_notes(imp.history_)
+    # the file's own text, columns and order, with only the missing cells replaced
+    cells = read_cells_as_text(args.data)
+    missing = frame.isna()
+    for col in frame.columns:
+        rows = missing[col].to_numpy()
+        if rows.any():
+            cells.loc[rows, col] = [repr(float(v)) for v in filled[col].to_numpy()[rows]]
     buffer = io.StringIO()
-    filled.to_csv(buffer, index=False)
+    cells.to_csv(buffer, index=False)
     write_outputs({out: buffer.getvalue().encode("utf-8")})
-    print(f"imputed {int(frame.isna().to_numpy().sum())} cells of {len(frame)} rows from "
-          f"{len(imp.client_labels_)} clients; {int(imp.history_['cumulative_bits'].iloc[-1])} bits "
+    print(f"imputed {int(missing.to_numpy().sum())} cells of {len(frame)} rows from "
+          f"{_clients(len(imp.client_labels_))}; {int(imp.history_['cumulative_bits'].iloc[-1])} bits "
           f"sent; wrote {args.out}")
     return 0
 

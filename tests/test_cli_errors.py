@@ -176,7 +176,7 @@ def test_bad_csv_is_one_error_line_naming_the_problem(case, tmp_path, capsys, no
 
 @pytest.mark.parametrize("text, needles", [
     ("a,b,site\n,,x\n1,2,x\n3,4,y\n5,6,y\n", ["1 data row(s)", "(rows 1)", "no value besides"]),
-    ("a,b,site\n1,,x\n2,,x\n3,,y\n5,,y\n", ["['b']", "no value at all"]),
+    ("a,b,site\n1,,x\n2,,x\n3,,y\n5,,y\n", ["['b']", "entirely empty"]),
 ])
 def test_impute_rejects_uninformative_rows_and_columns_by_name(text, needles, tmp_path, capsys, no_fit):
     path = tmp_path / "in.csv"

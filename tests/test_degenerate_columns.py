@@ -80,17 +80,20 @@ def test_raw_breast_cancer_exact_em_is_at_scikit_learn_fixed_point(covariance_ty
 
 
 def test_the_floor_is_fixed_in_the_public_scale_units():
-    """A zero-variance direction is floored at max(reg / max σ², MIXTURE_REL_FLOOR) σ_j², whatever the
-    spread of the component's other directions; without a scale (σ = 1), relative to the matrix."""
+    """A zero-variance direction's empirical part is floored at (MIXTURE_REL_FLOOR − c reg / max σ²) σ_j²
+    (c = REPAIR_RIDGE_FRACTION) and c reg is added back, whatever the spread of the component's other
+    directions; without a scale (σ = 1), relative to the matrix."""
     from fedemstats.models.gmm_params import MIXTURE_REL_FLOOR
+    from fedemstats._linalg import REPAIR_RIDGE_FRACTION
     from fedemstats.models.gmm import GaussianMixtureModel
     rng = np.random.default_rng(0)
-    scale = np.array([1e5, 1e4])
+    scale, ridge = np.array([1e5, 1e4]), REPAIR_RIDGE_FRACTION * 1e-6
     for spread in (1e2, 1e4):
         X = np.column_stack([spread * rng.standard_normal(200), np.full(200, 3.0)])
         stats = np.concatenate([[1.0], X.mean(0), [v for v in (X.T @ X / 200)[np.triu_indices(2)]]])
         fixed = GaussianMixtureModel(1, 2, column_scale=scale).t_map(stats)
-        np.testing.assert_allclose(fixed.covariances[0][1, 1], MIXTURE_REL_FLOOR * scale[1] ** 2, rtol=1e-6)
+        expected = (MIXTURE_REL_FLOOR - ridge / scale[0] ** 2) * scale[1] ** 2 + ridge
+        np.testing.assert_allclose(fixed.covariances[0][1, 1], expected, rtol=1e-6)
     for spread in (1e5, 2e5):
         X = np.column_stack([spread * rng.standard_normal(200), np.full(200, 3.0)])
         stats = np.concatenate([[1.0], X.mean(0), [v for v in (X.T @ X / 200)[np.triu_indices(2)]]])
@@ -212,3 +215,32 @@ def test_the_trust_region_is_relative_to_the_current_iterate(name):
     assert G.step_fraction(s1, -0.37 * shrink) == 0.5
     # at the model's own statistics the bound is TRUST_RATIO itself
     assert G.step_fraction(s_hat, -0.7 * shrink) == 1.0 and G.step_fraction(s_hat, -0.8 * shrink) == 0.5
+
+
+def test_a_repaired_covariance_keeps_its_ridge_on_collinear_raw_columns():
+    """Two raw columns equal up to quantisation noise (scales 300 and 1): flooring the *total* at the
+    public scale's floor left their difference direction at about 1e-11 σ² = 1e-5 reg_covar, a spike
+    no exact covariance has. The empirical part is floored instead and the ridge added back, so the
+    repaired matrix is >= c reg_covar I; an exact (PSD + reg) matrix keeps the fast path, bit-exact,
+    even at the round-off of an exactly singular empirical part."""
+    from fedemstats._linalg import scaled_cholesky
+    from fedemstats._linalg import REPAIR_RIDGE_FRACTION
+    from fedemstats.models.gmm_params import MIXTURE_REL_FLOOR
+    rng = np.random.default_rng(0)
+    reg, sd = 1e-6, np.array([300.0, 1.0, 1.0])
+    x = rng.normal(size=200)
+    Z = np.column_stack([300 * rng.normal(size=200), x, x])  # columns 1 and 2 identical
+    E = np.cov(Z.T, bias=True)
+    exact = E + reg * np.eye(3)
+    L, used, repaired = scaled_cholesky(exact, sd, reg, MIXTURE_REL_FLOOR)
+    assert not repaired and used is exact
+    ridge = REPAIR_RIDGE_FRACTION * reg
+    for noise in (2 * ridge, 1e-3, 1.0):
+        noisy = exact.copy()
+        noisy[1, 2] += noise  # the difference direction's eigenvalue goes to reg - noise < ridge
+        noisy[2, 1] += noise
+        L, used, repaired = scaled_cholesky(noisy, sd, ridge, MIXTURE_REL_FLOOR)
+        assert repaired
+        # in the scale's units (a unit-variance column), to float64 round-off: >= ridge, not 1e-11
+        assert np.linalg.eigvalsh((used - ridge * np.eye(3)) / np.outer(sd, sd))[0] >= -1e-14
+        np.testing.assert_allclose(L @ L.T, used, rtol=1e-12, atol=1e-15)

@@ -24,9 +24,11 @@ def _parse_value(text: str):
         return None
     for cast in (int, float):
         try:
-            return cast(low)
+            value = cast(low)
         except ValueError:
-            pass
+            continue
+        # "1e9" is a whole number: levels and counts must not be refused for their spelling
+        return int(value) if cast is float and value.is_integer() and abs(value) < 2 ** 53 else value
     return text.strip()
 
 
@@ -55,12 +57,20 @@ def make_compressor(spec) -> Compressor:
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"compressor argument {item!r} in {spec!r} must be key=value.")
+        if key.strip() in kwargs:
+            raise ValueError(f"compressor argument {key.strip()!r} is given twice in {spec!r}; give it once.")
         kwargs[key.strip()] = _parse_value(value)
-    known = [k for k in inspect.signature(REGISTRY[name]).parameters if k != "self"]
+    params = inspect.signature(REGISTRY[name]).parameters
+    known = [k for k in params if k != "self"]
     unknown = sorted(set(kwargs) - set(known))
     if unknown:
         raise ValueError(f"compressor {name!r} in {spec!r} has no argument(s) {unknown}; its arguments are "
                          f"{known}.")
+    required = [k for k in known if params[k].default is inspect.Parameter.empty and k not in kwargs]
+    if required:
+        example = ",".join(f"{k}=..." for k in required)
+        raise ValueError(f"compressor {name!r} in {spec!r} needs the argument(s) {required}, "
+                         f"e.g. '{name}:{example}'.")
     try:
         return REGISTRY[name](**kwargs)
     except TypeError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._linalg import scaled_cholesky, symmetrize
+from .._linalg import REPAIR_RIDGE_FRACTION, scaled_cholesky, symmetrize
 from .._validation import check_int, check_positive
 from ..layout import SYMMETRIC, StatLayout
 from ._group_moments import moments_or_rows
@@ -122,9 +122,9 @@ class GaussianMissingModel(Model):
         m, sd = parts["sum_x"], self.scale
         cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))
         cov.flat[:: self.n_features + 1] += self.reg_covar
-        # repaired in the public scale's units: reg_covar I >= reg_covar / max σ² there, so valid
-        # statistics are never floored whatever the columns' units
-        _, cov, _ = scaled_cholesky(cov, sd, self.reg_covar / np.max(sd) ** 2)
+        # the empirical part repaired in the public scale's units, so valid statistics are never
+        # floored whatever the columns' units, and a repaired covariance keeps half of reg_covar I
+        _, cov, _ = scaled_cholesky(cov, sd, REPAIR_RIDGE_FRACTION * self.reg_covar)
         return GaussianParams(self.shift + sd * m, cov)
 
     def expected_stats(self, theta) -> np.ndarray:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg import (LOG_2PI, eig_floor_value, inv_cholesky_upper, log_det_triangular, logsumexp,
-                       scaled_cholesky, symmetrize)
+from .._linalg import (LOG_2PI, REPAIR_RIDGE_FRACTION, empirical_floor, inv_cholesky_upper,
+                       log_det_triangular, logsumexp, scaled_cholesky, symmetrize)
 from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
@@ -102,7 +102,7 @@ class GaussianMixtureModel(Model):
     column_scale : array-like of shape (n_features,), optional
         Public positive column scales ``σ`` (:meth:`public_centring`: the pooled standard
         deviations); default ones. The T-map's eigenvalue floor holds in these units
-        (:attr:`floor`), so a repair does not depend on each column's unit. The statistics
+        (:meth:`repair`), so a repair does not depend on each column's unit. The statistics
         themselves stay in original units (centred on ``shift`` only), unlike the ``scale``
         of the models that standardise their data.
 
@@ -126,20 +126,17 @@ class GaussianMixtureModel(Model):
         self.shift, self.column_scale = check_shift_scale(shift, column_scale, d)
         self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
 
-    @property
-    def floor(self) -> float:
-        """The T-map's eigenvalue floor in the public scale's units: ``max(reg_covar / max σ²,
-        MIXTURE_REL_FLOOR)``. ``reg_covar I`` is at least ``reg_covar / max σ²`` there, so valid
-        statistics are never floored, whatever the columns' units; the floor is fixed for the fit,
-        a constraint the M-step maximises under."""
+    def repair(self, cov):
+        """:func:`fedemstats._linalg.scaled_cholesky` of one covariance matrix: the eigenvalues of its
+        empirical part ``Σ − reg_covar I`` are floored in the public scale's units (at ``max(0,
+        MIXTURE_REL_FLOOR − reg_covar / max σ²)``, or relative to a standardised eigenvalue above 1),
+        then ``reg_covar I`` is added back. Valid statistics are never floored, whatever the columns'
+        units, a repaired matrix is never below ``reg_covar I`` (as every exact one), and the floor is
+        fixed for the fit, a constraint the M-step maximises under."""
         # a floor moving with each component's largest eigenvalue made exact EM lose likelihood on a
         # constant column (raw wine: 7e-3 nats/row in a round); in original units at 1e-10 it bound
         # valid statistics of raw breast-cancer (4.7-5.9 nats/row below scikit-learn)
-        return max(self.reg_covar / float(np.max(self.column_scale)) ** 2, MIXTURE_REL_FLOOR)
-
-    def repair(self, cov):
-        """:func:`fedemstats._linalg.scaled_cholesky` of one covariance matrix at :attr:`floor`."""
-        return scaled_cholesky(cov, self.column_scale, self.floor, MIXTURE_REL_FLOOR)
+        return scaled_cholesky(cov, self.column_scale, REPAIR_RIDGE_FRACTION * self.reg_covar, MIXTURE_REL_FLOOR)
 
     # ------------------------------------------------------------------ statistics
     def _check_theta(self, theta):
@@ -197,9 +194,10 @@ class GaussianMixtureModel(Model):
 
         1. ``S0_k`` is clipped below at :data:`RESP_FLOOR` and the weights renormalised;
         2. covariance matrices are symmetrised;
-        3. eigenvalues of ``D⁻¹ Σ D⁻¹`` (``D`` the public scale) below
-           ``max(floor, MIXTURE_REL_FLOOR * max|eig|)`` (resp. a variance <= 0) are raised to
-           it (:meth:`repair`, continuous in ``s``); valid input keeps the exact fast path.
+        3. the eigenvalues of ``D⁻¹ (Σ − reg_covar I) D⁻¹`` (``D`` the public scale; diag and
+           spherical: the variances) below their floor are raised to it and ``reg_covar I``
+           is added back (:meth:`repair`, continuous in ``s``); valid input keeps the exact
+           fast path.
 
         Raises
         ------
@@ -319,9 +317,16 @@ def _raw_covariances(ctype, s0, m, s2, reg):
 def _repair(cov, ctype, model):
     """(covariances, precisions_cholesky), flooring only what fails (see t_map)."""
     if ctype in ("diag", "spherical"):
-        bad = cov <= 0
+        # the variances' empirical parts floored in the public scale's units, as repair() does
+        # for matrices (a spherical variance is a mean over the columns)
+        unit = model.column_scale ** 2 if ctype == "diag" else np.mean(model.column_scale ** 2)
+        reg = REPAIR_RIDGE_FRACTION * model.reg_covar
+        e_std = (cov - reg) / unit
+        e0, tol = empirical_floor(reg / np.max(model.column_scale) ** 2, MIXTURE_REL_FLOOR,
+                                  float(np.max(np.abs(e_std))), 1)
+        bad = e_std < e0 - tol
         if bad.any():
-            cov = np.where(bad, eig_floor_value(np.max(np.abs(cov)), model.reg_covar, MIXTURE_REL_FLOOR), cov)
+            cov = np.where(bad, e0 * unit + reg, cov)
         return cov, 1.0 / np.sqrt(cov)
     mats = as_matrices(cov, ctype).copy()
     pcs = np.empty_like(mats)
