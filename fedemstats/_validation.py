@@ -192,12 +192,15 @@ def check_data_range(X, *, name: str = "X") -> None:
     seen = lo <= hi
     if not seen.any():
         return
-    magnitude = float(np.max(np.maximum(np.abs(lo[seen]), np.abs(hi[seen]))))
+    size = np.where(seen, np.maximum(np.abs(lo), np.abs(hi)), 0.0)
+    magnitude = float(np.max(size))
     if magnitude > MAX_DATA_MAGNITUDE:
+        huge = np.flatnonzero(size > MAX_DATA_MAGNITUDE)
         raise ValueError(
-            f"{name} holds values of magnitude {magnitude:.3g}, above {MAX_DATA_MAGNITUDE:.0e}: their squares "
-            "and sums of squares are too large for float64 (largest 1.8e308), so the variances cannot be "
-            f"represented. Rescale {name} (results are equivariant to rescaling), e.g. divide it by {magnitude:.0e}.")
+            f"column(s) {huge[:10].tolist()} of {name} hold values of magnitude up to {magnitude:.3g}, above "
+            f"{MAX_DATA_MAGNITUDE:.0e}: their squares and sums of squares are too large for float64 (largest "
+            "1.8e308), so the variances cannot be represented. Rescale those column(s) (results are "
+            f"equivariant to rescaling a column), e.g. divide them by {magnitude:.0e}.")
     spread = np.where(seen, hi - lo, np.nan)  # an all-NaN column is reported by its own check
     if not np.any(spread > 0) and 0.0 < magnitude < MIN_DATA_SPREAD:
         # every column constant: the data's own magnitude becomes the public scale of its columns
@@ -212,5 +215,5 @@ def check_data_range(X, *, name: str = "X") -> None:
         raise ValueError(
             f"column(s) {tiny[:10].tolist()} of {name} vary by at most {smallest:.3g}, below "
             f"{MIN_DATA_SPREAD:.0e}: their variances are too small for float64 (smallest normal 2.2e-308) "
-            f"and cannot be represented. Rescale {name} (results are equivariant to rescaling), e.g. multiply "
-            f"it by {1.0 / smallest:.0e}.")
+            f"and cannot be represented. Rescale those column(s) (results are equivariant to rescaling a "
+            f"column), e.g. multiply them by {1.0 / smallest:.0e}.")

@@ -139,3 +139,15 @@ def test_a_whole_number_written_as_a_float_is_a_whole_number():
     assert make_compressor("dither:s=1e3").s == 1000
     with pytest.raises(ValueError, match="integer number of levels"):
         make_compressor("dither:s=2.5")
+
+
+def test_estimator_refusals_name_the_csv_columns_and_rows(tmp_path, capsys):
+    """The estimator names column numbers of X and rows from 0; the command line says 'x' and the data
+    row a spreadsheet shows, and the command instead of the estimator's argument."""
+    path = tmp_path / "counts.csv"
+    path.write_text("site,w,x\n" + "".join(f"s{i % 2},{i},{i}\n" for i in range(6)) + "s1,2,-3\ns0,1,2.5\n")
+    assert main(["impute", "poisson", str(path), "--client-column", "site", "--out", str(tmp_path / "o.csv")]) == 2
+    assert_one_error(capsys.readouterr().err, "column(s) ['x']", "data row 7: -3.0")
+    path.write_text("site,w,x\n" + "".join(f"s{i % 2},{i},{i}\n" for i in range(6)) + "s0,1,2.5\n")
+    assert main(["impute", "poisson", str(path), "--client-column", "site", "--out", str(tmp_path / "o.csv")]) == 2
+    assert_one_error(capsys.readouterr().err, "column(s) ['x']", "data row 7: 2.5", "'fedemstats impute gaussian'")

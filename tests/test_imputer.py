@@ -126,9 +126,9 @@ def test_bad_input():
     counts = np.round(np.abs(Xm))
     with pytest.raises(ValueError, match="Negative"):
         FederatedImputer("poisson").fit(np.where(np.isnan(counts), np.nan, -counts))
-    with pytest.raises(ValueError, match="non-integer"):
+    with pytest.raises(ValueError, match="(?i)non-integer"):
         FederatedImputer("poisson").fit(counts + 0.5)
-    with pytest.raises(ValueError, match="non-integer"):
+    with pytest.raises(ValueError, match="(?i)non-integer"):
         FederatedImputer("poisson").fit(counts).transform(counts + 0.5)
     for model in ("gmm", "poisson"):
         with pytest.raises(ValueError, match="n_components=20 must be <= n_samples=10"):

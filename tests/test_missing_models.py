@@ -234,5 +234,5 @@ def test_check_counts_rejects_negative_and_fractional_values():
     check_counts(np.array([[0.0, 3.0, np.nan]]))
     with pytest.raises(ValueError, match="Negative"):
         check_counts(np.array([[-1.0, 2.0]]))
-    with pytest.raises(ValueError, match="non-integer"):
-        check_counts(np.array([[1.5, 2.0]]))
+    with pytest.raises(ValueError, match=r"Non-integer .* column\(s\) \[1\] of X \(e.g. row 1: 2.5\)"):
+        check_counts(np.array([[1.0, 2.0], [1.0, 2.5]]))  # names the column and the row

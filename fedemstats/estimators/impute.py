@@ -194,7 +194,7 @@ random_state, verbose, verbose_interval
         if K > fed.n_rows:
             raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
         if self.model == "poisson":
-            check_counts(fed.X)
+            check_counts(X_flat)  # rows in the order the user passed them
         rng = check_rng(self.random_state)
         model = self._make_model(fed)
         if self.model == "gaussian":

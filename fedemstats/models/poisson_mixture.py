@@ -54,14 +54,19 @@ def check_counts(X, name="X"):
     ----------
     X : ndarray of shape (n, d), NaN where missing
     """
-    obs = X[~np.isnan(X)]
-    if (obs < 0).any():
-        raise ValueError(f"Negative values in data passed to the Poisson model ({name}); "
-                         "it needs counts >= 0.")
-    if (obs != np.round(obs)).any():
-        bad = obs[obs != np.round(obs)][:3]
-        raise ValueError(f"{name} holds non-integer values (e.g. {bad.tolist()}); the Poisson model "
-                         "needs integer counts (use model='gaussian' on transformed data instead).")
+    with np.errstate(invalid="ignore"):
+        negative = X < 0
+        fractional = np.isfinite(X) & (X != np.round(X))
+    # "Negative values in data" is scikit-learn's wording, which its estimator checks look for
+    for bad, what, advice in ((negative, "Negative values in data passed to the Poisson model",
+                               "it needs counts >= 0"),
+                              (fractional, "Non-integer values in data passed to the Poisson model",
+                               "it needs integer counts (use model='gaussian' on transformed data instead)")):
+        if bad.any():
+            cols = np.flatnonzero(bad.any(axis=0))
+            row = int(np.flatnonzero(bad[:, cols[0]])[0])
+            raise ValueError(f"{what}: column(s) {cols[:10].tolist()} of {name} (e.g. row {row}: "
+                             f"{float(X[row, cols[0]])!r}); {advice}.")
 
 
 def _log_joint(X, observed, theta):
