@@ -104,7 +104,24 @@ def _load(args, *, allow_missing: bool, uses_components: bool = True):
                        uses_components=uses_components)
     if isinstance(args.participation, int) and args.participation == 1:
         _note("--participation 1 is one client per round; 1.0 is every client")
+    _data_notes(features, groups, args.client_column)
     return out, features, groups
+
+
+def _data_notes(features, groups, client_column) -> None:
+    """Notes on data a user may not have meant: constant columns, client labels that differ only in
+    spaces or case (they are different clients)."""
+    constant = [c for c in features.columns if features[c].nunique(dropna=True) == 1]
+    if constant:
+        _note(f"column(s) {constant[:5]} are constant; the model gives them the variance floor reg_covar")
+    labels = sorted({str(g) for g in groups})
+    spelled = {}
+    for label in labels:
+        spelled.setdefault(" ".join(label.split()).lower(), []).append(label)
+    alike = next((v for v in spelled.values() if len(v) > 1), None)
+    if alike:
+        _note(f"client labels {alike[:3]} of column {client_column!r} differ only in spaces or case; "
+              "they are different clients")
 
 
 def _note(message: str) -> None:

@@ -151,3 +151,15 @@ def test_estimator_refusals_name_the_csv_columns_and_rows(tmp_path, capsys):
     path.write_text("site,w,x\n" + "".join(f"s{i % 2},{i},{i}\n" for i in range(6)) + "s0,1,2.5\n")
     assert main(["impute", "poisson", str(path), "--client-column", "site", "--out", str(tmp_path / "o.csv")]) == 2
     assert_one_error(capsys.readouterr().err, "column(s) ['x']", "data row 7: 2.5", "'fedemstats impute gaussian'")
+
+
+def test_constant_columns_and_look_alike_client_labels_are_noted(tmp_path, capsys):
+    path = tmp_path / "n.csv"
+    rows = ["Site A", "Site A ", " site a", "B", "B"] * 4
+    path.write_text("site,x,k\n" + "".join(f"{s},{i * 0.37 % 1:.3f},5\n" for i, s in enumerate(rows)))
+    assert main(["fit", "gmm", str(path), "--client-column", "site", "--rounds", "2",
+                 "--out", str(tmp_path / "o.json")]) == 0
+    captured = capsys.readouterr()
+    assert "note: column(s) ['k'] are constant" in captured.err
+    assert "differ only in spaces or case; they are different clients" in captured.err
+    assert "from 4 clients" in captured.out
