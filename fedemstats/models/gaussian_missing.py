@@ -80,8 +80,9 @@ class GaussianMissingModel(Model):
     norm): ``sum_x`` = mean of ``E[x̃ | x_o]`` (d,), ``sum_xx`` = mean of
     ``E[x̃ x̃ᵀ | x_o]`` (d, d), symmetric, sent as its packed upper triangle. T-map: ``μ = c + σ∘S1``,
     ``Σ = D(S2 − S1 S1ᵀ)D + reg_covar I`` with ``D = diag(σ)``, symmetrised; only if
-    its Cholesky factorisation fails are its eigenvalues floored
-    (:func:`fedemstats._linalg.scaled_cholesky`). Any finite ``s`` maps to valid parameters.
+    where ``Σ − reg_covar/2 I`` is not positive semi-definite in σ's units are its eigenvalues there
+    floored and ``reg_covar/2 I`` added back (:func:`fedemstats._linalg.scaled_cholesky`, as the
+    mixture's repair). Any finite ``s`` maps to valid parameters.
     """
 
     allow_nan = True

@@ -127,12 +127,13 @@ class GaussianMixtureModel(Model):
         self.layout = StatLayout([("resp", (K,)), ("sum_x", (K, d)), second_moment_block(covariance_type, K, d)])
 
     def repair(self, cov):
-        """:func:`fedemstats._linalg.scaled_cholesky` of one covariance matrix: the eigenvalues of its
-        empirical part ``Σ − reg_covar I`` are floored in the public scale's units (at ``max(0,
-        MIXTURE_REL_FLOOR − reg_covar / max σ²)``, or relative to a standardised eigenvalue above 1),
-        then ``reg_covar I`` is added back. Valid statistics are never floored, whatever the columns'
-        units, a repaired matrix is never below ``reg_covar I`` (as every exact one), and the floor is
-        fixed for the fit, a constraint the M-step maximises under."""
+        """:func:`fedemstats._linalg.scaled_cholesky` of one covariance matrix: with ``c =
+        REPAIR_RIDGE_FRACTION``, the eigenvalues of ``Σ − c reg_covar I`` are floored in the public
+        scale's units (at ``max(0, MIXTURE_REL_FLOOR − c reg_covar / max σ²)``, or relative to a
+        standardised eigenvalue above 1), then ``c reg_covar I`` is added back. Valid statistics
+        (every exact covariance is at least ``reg_covar I``) are never floored, whatever the columns'
+        units; a repaired matrix is at least ``c reg_covar I``; the floor is fixed for the fit, a
+        constraint the M-step maximises under."""
         # a floor moving with each component's largest eigenvalue made exact EM lose likelihood on a
         # constant column (raw wine: 7e-3 nats/row in a round); in original units at 1e-10 it bound
         # valid statistics of raw breast-cancer (4.7-5.9 nats/row below scikit-learn)
