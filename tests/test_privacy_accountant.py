@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
@@ -51,3 +52,17 @@ def test_more_rounds_spend_more_and_a_tiny_budget_is_refused():
     assert epsilon_spent(4.0, plan, rounds=3) < epsilon_spent(4.0, plan, rounds=10)
     with pytest.raises(ValueError, match="epsilon=1e-06 is too small"):
         calibrate_noise_multiplier(1e-6, PrivacyPlan(rounds=50))
+
+
+def test_a_budget_too_large_to_calibrate_names_epsilon_and_the_way_out():
+    """ε = 1000 over 10 rounds needs σ below the search bracket: it failed 15 frames deep in
+    dp_accounting ('did not bracket a solution'); it now says what to do."""
+    with pytest.raises(ValueError, match=r"epsilon=1000 is so large .*noise_multiplier < 0.3"):
+        calibrate_noise_multiplier(1000.0, PrivacyPlan(rounds=10))
+
+
+def test_a_public_scale_of_the_wrong_length_names_privacy_scale():
+    from fedemstats import DPConfig
+    with pytest.raises(ValueError, match=r"privacy: scale must be a number or have shape \(3,\)"):
+        DPConfig(epsilon=1.0, scale=[1.0, 2.0]).public_geometry(3)
+    np.testing.assert_array_equal(DPConfig(epsilon=1.0, scale=2.0).public_geometry(3)[1], [2.0, 2.0, 2.0])

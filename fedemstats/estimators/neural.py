@@ -12,7 +12,9 @@ estimator reads only its ``params``, ``history``, ``ledger`` and
 """
 from __future__ import annotations
 
+import inspect
 import logging
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,9 @@ logger = logging.getLogger("fedemstats")
 #: FedProx's proximal strength when ``mu`` is left to the method default
 #: (Li et al. 2018 tune mu in {0.001, 0.01, 0.1, 1}; 0.01 is their usual pick).
 FEDPROX_DEFAULT_MU = 0.01
+#: The methods that use each method-specific hyper-parameter (any other method warns when it is set).
+PARAMETER_METHODS = {"mu": ("fedavg", "fedprox", "median", "mixture"), "n_components": ("mixture",),
+                     "server_optimizer": ("fedavg", "fedprox"), "server_lr": ("fedavg", "fedprox")}
 #: Mixture prior strength when ``mu`` is left to the method default; see MixturePrior.
 MIXTURE_DEFAULT_MU = 0.01
 _HARD_EM_METHODS = ("fedavg", "fedprox", "median", "mixture")
@@ -166,6 +171,20 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
             for size in (hidden,) if np.ndim(hidden) == 0 else hidden:
                 check_int(size, "hidden_layer_sizes entry")
 
+    def _warn_unused(self, n_clients):
+        """A set hyper-parameter the method does not use is a warning, not silently ignored."""
+        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
+        unused = [name for name, methods in PARAMETER_METHODS.items()
+                  if self.method not in methods and getattr(self, name) != defaults[name]]
+        if unused:
+            used_by = "; ".join(f"{name}: {', '.join(PARAMETER_METHODS[name])}" for name in unused)
+            warnings.warn(f"parameter(s) {unused} have no effect with method={self.method!r}; leave them at "
+                          f"their defaults (used by {used_by}).", UserWarning, stacklevel=3)
+        if self.method == "mixture" and self.n_components > n_clients:
+            warnings.warn(f"n_components={self.n_components} is more than the {n_clients} clients: at most "
+                          f"{n_clients} components are ever chosen, and predict_proba still averages all of "
+                          "them; lower n_components.", UserWarning, stacklevel=3)
+
     def _layer_sizes(self, n_features, n_classes):
         if self.layer_sizes is not None:
             sizes = tuple(self.layer_sizes)
@@ -229,6 +248,7 @@ class FederatedMLPClassifier(ClassifierMixin, BaseEstimator):
         model = MLP(self.layer_sizes_)
         rng = check_rng(self.random_state)
         clients = self._clients(X, y_idx, groups, rng)
+        self._warn_unused(len(clients))
         settings = dict(rounds=self.max_iter, client_fraction=self.client_fraction,
                         local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.learning_rate,
                         wire_dtype=self.wire_dtype, random_state=rng, verbose=self.verbose)

@@ -26,7 +26,7 @@ from .fedpm import run_fedpm
 from .gates import GateLayout
 from .hard_em import local_sgd
 from .result import NeuralResult
-from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_local, check_server,
+from .rounds import (WIRE_BITS, accuracy, append_row, check_batch_size, check_eval_data, check_local, check_server,
                      check_wire_dtype, client_list, make_client_sampler, new_history, on_wire, sampler_for)
 
 __all__ = ["TopKRule", "run_topk_masks", "FedDropResult", "run_feddrop"]
@@ -189,6 +189,7 @@ def run_feddrop(model, clients, y=None, *, rate=0.25, rounds=10, client_fraction
            "batch_size": check_batch_size(batch_size), "lr": check_positive(lr, "lr"),
            "bits": WIRE_BITS[check_wire_dtype(wire_dtype)], "wire_dtype": wire_dtype}
     clients = client_list(clients, y, model)
+    eval_data = check_eval_data(eval_data, model)
     sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     lay = GateLayout(model)
     w = model.init_params(rng) if init is None else np.array(init, dtype=np.float64)

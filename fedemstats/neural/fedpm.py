@@ -47,7 +47,7 @@ from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
 from .optim import DEFAULT_EPS, Adam
 from .result import NeuralResult
-from .rounds import (accuracy, append_row, check_batch_size, check_local, client_list, make_client_sampler,
+from .rounds import (accuracy, append_row, check_batch_size, check_eval_data, check_local, client_list, make_client_sampler,
                      minibatches, new_history, sampler_for)
 
 __all__ = ["MODE_THRESHOLD", "REG_MODES", "BernoulliRule", "FedPMResult", "run_fedpm", "signed_constants",
@@ -302,6 +302,7 @@ def run_fedpm(model, clients, y=None, *, rounds=10, client_fraction=0.1, local_e
     cfg = _settings(lr, reg, clip_eps, local_epochs, batch_size, BernoulliRule() if rule is None else rule,
                     reg_mode, adam_eps)
     clients = client_list(clients, y, model)
+    eval_data = check_eval_data(eval_data, model)
     sampler = sampler_for(make_client_sampler(client_fraction), len(clients))
     # Evaluation masks come from their own stream: evaluating never changes training.
     eval_rng = np.random.default_rng(rng.integers(2 ** 63))

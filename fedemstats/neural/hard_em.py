@@ -30,8 +30,8 @@ from .._validation import check_int, check_positive, check_rng
 from ..ledger import BitLedger
 from .priors import GaussianPrior, Prior
 from .result import NeuralResult
-from .rounds import (WIRE_BITS, append_row, check_batch_size, check_clients, check_local, check_server,
-                     check_wire_dtype, make_client_sampler, minibatches, new_history, on_wire, sampler_for)
+from .rounds import (WIRE_BITS, append_row, check_batch_size, check_eval_data, check_local, check_server,
+                     check_wire_dtype, client_list, make_client_sampler, minibatches, new_history, on_wire, sampler_for)
 
 __all__ = ["HardEMResult", "run_hard_em", "local_sgd"]
 
@@ -144,7 +144,7 @@ def _round(t, model, prior, state, clients, active, pi, settings, rng, assignmen
     return new_state, float(weights @ np.array(losses) / weights.sum())
 
 
-def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, local_epochs=1,
+def run_hard_em(model, clients, prior=None, *, y=None, rounds=10, client_fraction=1.0, local_epochs=1,
                 batch_size=None, lr=0.1, init=None, eval_data=None, wire_dtype="float32",
                 track_train_loss=True, uplink_hook=None, blas_threads=1, random_state=None, verbose=False,
                 callback=None):
@@ -153,9 +153,12 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
     Parameters
     ----------
     model : MLP
-    clients : list of (X_k, y_k)
-        X_k of shape (n_k, n_features), y_k of int class indices of shape (n_k,).
+    clients : list of (X_k, y_k) or Federation
+        X_k of shape (n_k, n_features), y_k of int class indices in ``[0, n_outputs)`` of shape (n_k,).
     prior : Prior, default GaussianPrior(0) (FedAvg)
+    y : ndarray of shape (n_rows,), optional
+        The labels when ``clients`` is a :class:`~fedemstats.federation.Federation`, in *its* row
+        order (``Federation.from_groups`` sorts rows by client: pass ``y[order]``).
     rounds : int >= 1
     client_fraction : float in (0, 1] or Participation
         C: each round ``max(1, round(C K))`` clients drawn uniformly without replacement.
@@ -197,7 +200,8 @@ def run_hard_em(model, clients, prior=None, *, rounds=10, client_fraction=1.0, l
     """
     rng = check_rng(random_state)
     prior = GaussianPrior(0.0) if prior is None else prior
-    clients = check_clients(clients, model)
+    clients = client_list(clients, y, model)
+    eval_data = check_eval_data(eval_data, model)
     settings = {"epochs": check_int(local_epochs, "local_epochs E"), "batch_size": check_batch_size(batch_size),
                 "lr": check_positive(lr, "learning rate"), "wire_dtype": check_wire_dtype(wire_dtype),
                 "uplink_hook": uplink_hook, "eval_data": eval_data, "track_train_loss": track_train_loss,

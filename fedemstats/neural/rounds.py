@@ -25,7 +25,8 @@ from ..ledger import FLOAT32_BITS, FLOAT64_BITS
 from ..participation import FixedSizeParticipation, Participation
 
 __all__ = ["WIRE_BITS", "TrainingDivergedError", "accuracy", "append_row", "check_batch_size",
-           "check_clients", "check_local", "check_outputs", "check_server", "check_wire_dtype", "client_list",
+           "check_clients", "check_eval_data", "check_labels", "check_local", "check_outputs", "check_server",
+           "check_wire_dtype", "client_list",
            "divergence_message", "feature_scale", "make_client_sampler", "minibatches", "new_history",
            "on_wire", "sampler_for"]
 
@@ -62,10 +63,11 @@ def check_clients(clients, model):
     for k, (Xk, yk) in enumerate(clients):
         # stored in the model's compute precision so batches are not re-cast every step
         Xk = np.asarray(Xk, dtype=getattr(model, "dtype", np.float64))
-        yk = np.asarray(yk, dtype=np.intp)
-        if Xk.ndim != 2 or Xk.shape[0] == 0 or Xk.shape[0] != yk.shape[0]:
+        yk = np.asarray(yk)
+        if Xk.ndim != 2 or Xk.shape[0] == 0 or yk.ndim == 0 or Xk.shape[0] != yk.shape[0]:
             raise ValueError(f"client {k}: need X (n_k >= 1, n_features) and y (n_k,); "
                              f"got {Xk.shape} and {yk.shape}.")
+        yk = check_labels(yk, model.layer_sizes[-1], f"client {k}")
         if Xk.shape[1] != model.layer_sizes[0]:
             raise ValueError(f"client {k} has {Xk.shape[1]} features; the MLP expects {model.layer_sizes[0]}.")
         if not np.all(np.isfinite(Xk)):  # else training would "diverge" on the input itself
@@ -73,6 +75,42 @@ def check_clients(clients, model):
                              f"remove them or rescale X.")
         out.append((Xk, yk))
     return out
+
+
+def check_labels(y, n_outputs, what):
+    """Class indices as ``intp`` (n,): one dimension, whole numbers in ``[0, n_outputs)``.
+
+    A column vector (n, 1) broadcast the loss over every pair of rows and labels, a label −1
+    wrapped to the last class, 2.7 was truncated to 2 and a label ``n_outputs`` was an
+    IndexError deep in the loss: each is refused here, naming ``what``.
+    """
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{what}: y must be one-dimensional, shape (n,); got shape {y.shape} "
+                         "(flatten it, e.g. y.ravel()).")
+    encode = ("; encode labels as 0..n_classes-1 first (sklearn.preprocessing.LabelEncoder), or use "
+              "FederatedMLPClassifier, which does")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"{what}: y must hold class indices, got dtype {y.dtype}{encode}.")
+    if y.size and (not np.all(np.isfinite(y)) or np.any(y != np.round(y)) or y.min() < 0 or y.max() >= n_outputs):
+        raise ValueError(f"{what}: y must hold whole class indices in [0, {n_outputs}) for an MLP with "
+                         f"{n_outputs} outputs; got values from {y.min().item()!r} to {y.max().item()!r}{encode}.")
+    return y.astype(np.intp)
+
+
+def check_eval_data(eval_data, model):
+    """``(X_test, y_test)`` checked as a client's data (:func:`check_clients`), or None."""
+    if eval_data is None:
+        return None
+    try:
+        X, y = eval_data
+    except (TypeError, ValueError):
+        raise ValueError("eval_data must be a pair (X_test, y_test).") from None
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != model.layer_sizes[0] or np.shape(y)[:1] != X.shape[:1]:
+        raise ValueError(f"eval_data: need X_test of shape (n, {model.layer_sizes[0]}) and y_test of shape "
+                         f"(n,); got {X.shape} and {np.shape(y)}.")
+    return X, check_labels(y, model.layer_sizes[-1], "eval_data")
 
 
 def client_list(data, y=None, model=None):

@@ -102,13 +102,20 @@ def calibrate_noise_multiplier(epsilon, plan) -> float:
     ------
     ValueError
         If even σ at the top of :data:`SIGMA_BRACKET` spends more than ``epsilon`` (a budget
-        too small for the rounds asked), naming ``epsilon``.
+        too small for the rounds asked), or σ at its bottom spends less (a budget so large it
+        protects next to nothing), naming ``epsilon``.
     """
     from dp_accounting import ExplicitBracketInterval, calibrate_dp_mechanism
     if epsilon_spent(SIGMA_BRACKET[1], plan) > epsilon:
         raise ValueError(f"privacy: epsilon={epsilon:g} is too small for {plan.rounds} round(s) at "
                          f"delta={plan.delta:g}: even noise multiplier {SIGMA_BRACKET[1]:g} spends more. "
                          "Raise epsilon or lower max_iter.")
+    if epsilon_spent(SIGMA_BRACKET[0], plan) <= epsilon:
+        # below the bracket the accountants lose precision; such a budget protects next to nothing
+        raise ValueError(f"privacy: epsilon={epsilon:g} is so large for {plan.rounds} round(s) at delta="
+                         f"{plan.delta:g} that even noise multiplier {SIGMA_BRACKET[0]:g} spends less: it "
+                         "protects next to nothing. Lower epsilon, or give the noise directly "
+                         f"(noise_multiplier < {SIGMA_BRACKET[0]:g}) to study a nearly non-private fit.")
     return float(calibrate_dp_mechanism(ACCOUNTANTS[plan.accountant], lambda s: dp_event(s, plan), epsilon,
                                         plan.delta, ExplicitBracketInterval(*SIGMA_BRACKET),
                                         tol=SIGMA_TOL))

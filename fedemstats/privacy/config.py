@@ -80,10 +80,15 @@ class DPConfig:
 
     def public_geometry(self, n_features):
         """(center, scale) as arrays of shape (n_features,)."""
-        center = np.zeros(n_features) if self.center is None else np.broadcast_to(
-            np.asarray(self.center, dtype=np.float64), (n_features,)).copy()
-        scale = np.ones(n_features) if self.scale is None else np.broadcast_to(
-            np.asarray(self.scale, dtype=np.float64), (n_features,)).copy()
+        def per_feature(value, name, default):
+            if value is None:
+                return np.full(n_features, default)
+            value = np.asarray(value, dtype=np.float64)
+            if value.ndim > 1 or value.size not in (1, n_features):
+                raise ValueError(f"privacy: {name} must be a number or have shape ({n_features},), one value "
+                                 f"per feature; got shape {value.shape}.")
+            return np.broadcast_to(value, (n_features,)).copy()
+        center, scale = per_feature(self.center, "center", 0.0), per_feature(self.scale, "scale", 1.0)
         if not (np.all(np.isfinite(center)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
             raise ValueError("privacy: center must be finite and scale finite and > 0.")
         return center, scale
