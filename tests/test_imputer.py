@@ -183,8 +183,10 @@ def test_gaussian_imputer_is_equivariant_to_one_column_in_huge_units():
     X[np.isnan(X).all(axis=1), 1] = 0.0
     groups = np.arange(300) % 4
     unit = FederatedImputer("gaussian", random_state=0).fit(X, groups=groups).transform(X)
-    big = X * [1e6, 1.0, 1.0]
-    scaled = FederatedImputer("gaussian", random_state=0).fit(big, groups=groups).transform(big)
-    # equal up to reg_covar = 1e-6, added in original units (≈ 6e-7 of a unit column's variance,
-    # nothing next to 1e12): measured 2e-6 at most; the old code's imputations were the column mean
-    np.testing.assert_allclose(scaled / [1e6, 1.0, 1.0], unit, rtol=1e-5, atol=1e-5)
+    for factor in (1e6, 1e-6):
+        # 1e-6: reg_covar in original units swamped a column of variance 1e-12 (it is now in
+        # units of each column's public scale, so the fit is equivariant)
+        big = X * [factor, 1.0, 1.0]
+        scaled = FederatedImputer("gaussian", random_state=0).fit(big, groups=groups).transform(big)
+        # the old code's imputations of the big column were its mean
+        np.testing.assert_allclose(scaled / [factor, 1.0, 1.0], unit, rtol=1e-9, atol=1e-9)

@@ -49,7 +49,9 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
     covariance_type : {"full", "diag"}, default="full"
         ``"gmm"`` only.
     reg_covar : float, default=1e-6
-        Added to covariance diagonals (Gaussian models).
+        Added to covariance diagonals. ``"gaussian"``: in units of each column's variance (the
+        pooled public scale), so imputations are equivariant to rescaling a column; ``"gmm"``: in
+        original units, as scikit-learn's ``GaussianMixture``.
     missing_values : float or int, default=np.nan
         The placeholder for missing values; all its occurrences are imputed.
     add_indicator : bool, default=False

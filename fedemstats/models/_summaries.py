@@ -199,16 +199,18 @@ def nan_moments(federation):
     return result[0].copy(), result[1].copy()
 
 
-def regularised_nan_moments(federation, reg_covar):
+def regularised_nan_moments(federation, reg_covar, scale=None):
     """:func:`nan_moments` made a sane start: correlations shrunk toward the identity by the
     least amount that keeps every eigenvalue at least :data:`INIT_MIN_CORRELATION_EIGENVALUE`
-    (:func:`shrink_to_positive_definite`), then ``reg_covar`` on the diagonal."""
+    (:func:`shrink_to_positive_definite`), then ``reg_covar`` on the diagonal, in units of the
+    public ``scale`` (shape (d,); default ones: original units)."""
     mean, cov = nan_moments(federation)
-    cov = shrink_to_positive_definite(cov) + reg_covar * np.eye(cov.shape[0])
+    units = 1.0 if scale is None else np.outer(scale, scale)
+    cov = shrink_to_positive_definite(cov) / units + reg_covar * np.eye(cov.shape[0])
     # the shrinkage already bounds the correlations' eigenvalues (scale-free): a floor relative to
     # the largest eigenvalue (rel > 0) raised a unit-scale column's variance 100x next to one of
     # scale 1e6, and the fitted correlations fell from 0.42 to 0.03 (imputations: the column mean)
-    return mean, safe_cholesky(cov, reg_covar, rel=0.0)[1]
+    return mean, safe_cholesky(cov, reg_covar, rel=0.0)[1] * units
 
 
 def shrink_to_positive_definite(cov, min_eigenvalue=None):

@@ -43,7 +43,7 @@ class GaussianParams:
     covariance: np.ndarray
 
 
-def init_gaussian(federation, reg_covar=1e-6):
+def init_gaussian(federation, reg_covar=1e-6, scale=None):
     """Initial :class:`GaussianParams` from pairwise-complete global moments.
 
     Parameters
@@ -52,12 +52,15 @@ def init_gaussian(federation, reg_covar=1e-6):
         Only the clients' sums over their own rows enter
         (:func:`._summaries.nan_moments`).
     reg_covar : float
+        In units of ``scale``.
+    scale : ndarray of shape (n_features,), optional
+        Public column scales; default ones (original units).
 
     Returns
     -------
     GaussianParams
     """
-    return GaussianParams(*regularised_nan_moments(federation, reg_covar))
+    return GaussianParams(*regularised_nan_moments(federation, reg_covar, scale))
 
 
 class GaussianMissingModel(Model):
@@ -67,7 +70,10 @@ class GaussianMissingModel(Model):
     ----------
     n_features : int
     reg_covar : float, default=1e-6
-        Added to the covariance diagonal in the T-map (original units).
+        Added to the covariance diagonal in the T-map, in units of each column's public scale:
+        ``Σ_jj += reg_covar σ_j²``, so the fit is equivariant to rescaling a column (in original
+        units 1e-6 swamped a column of variance 1e-6 and below: RMSE 3.4 against 1.08 for mean
+        imputation at scale 1e-6).
     shift : array-like of shape (n_features,), optional
         Public centring point ``c`` (e.g. the global mean of the observed values).
     scale : array-like of shape (n_features,), optional
@@ -79,10 +85,10 @@ class GaussianMissingModel(Model):
     scale keeps columns of very different units commensurate under one quantisation
     norm): ``sum_x`` = mean of ``E[x̃ | x_o]`` (d,), ``sum_xx`` = mean of
     ``E[x̃ x̃ᵀ | x_o]`` (d, d), symmetric, sent as its packed upper triangle. T-map: ``μ = c + σ∘S1``,
-    ``Σ = D(S2 − S1 S1ᵀ)D + reg_covar I`` with ``D = diag(σ)``, symmetrised; only if
-    where ``Σ − reg_covar/2 I`` is not positive semi-definite in σ's units are its eigenvalues there
-    floored and ``reg_covar/2 I`` added back (:func:`fedemstats._linalg.scaled_cholesky`, as the
-    mixture's repair). Any finite ``s`` maps to valid parameters.
+    ``Σ = D(S2 − S1 S1ᵀ + reg_covar I)D`` with ``D = diag(σ)``, symmetrised; only where
+    ``S2 − S1 S1ᵀ + reg_covar/2 I`` is not positive semi-definite are its eigenvalues floored and
+    ``reg_covar/2 I`` added back (:func:`fedemstats._linalg.scaled_cholesky`, as the mixture's
+    repair, here in σ's units throughout). Any finite ``s`` maps to valid parameters.
     """
 
     allow_nan = True
@@ -121,18 +127,19 @@ class GaussianMissingModel(Model):
         """Total M-step (see class Notes); ValueError if ``s`` is misshapen or not finite."""
         parts = self.unpack_stats(s)
         m, sd = parts["sum_x"], self.scale
-        cov = symmetrize((parts["sum_xx"] - np.outer(m, m)) * np.outer(sd, sd))
-        cov.flat[:: self.n_features + 1] += self.reg_covar
-        # the empirical part repaired in the public scale's units, so valid statistics are never
-        # floored whatever the columns' units, and a repaired covariance keeps half of reg_covar I
-        _, cov, _ = scaled_cholesky(cov, sd, REPAIR_RIDGE_FRACTION * self.reg_covar)
-        return GaussianParams(self.shift + sd * m, cov)
+        d = self.n_features
+        cov = symmetrize(parts["sum_xx"] - np.outer(m, m))
+        cov.flat[:: d + 1] += self.reg_covar
+        # in the public scale's units: valid statistics are never floored whatever the columns'
+        # units, and a repaired covariance keeps half of reg_covar
+        _, cov, _ = scaled_cholesky(cov, np.ones(d), REPAIR_RIDGE_FRACTION * self.reg_covar)
+        return GaussianParams(self.shift + sd * m, cov * np.outer(sd, sd))
 
     def expected_stats(self, theta) -> np.ndarray:
-        """E_θ[s] in standardised units: (μ̃, Σ̃ − reg D⁻² + μ̃ μ̃ᵀ), which ``t_map`` maps back to θ."""
+        """E_θ[s] in standardised units: (μ̃, Σ̃ − reg I + μ̃ μ̃ᵀ), which ``t_map`` maps back to θ."""
         sd = self.scale
         mu = (theta.mean - self.shift) / sd
-        cov = (theta.covariance - self.reg_covar * np.eye(self.n_features)) / np.outer(sd, sd)
+        cov = theta.covariance / np.outer(sd, sd) - self.reg_covar * np.eye(self.n_features)
         return self.layout.pack({"sum_x": mu, "sum_xx": cov + np.outer(mu, mu)})
 
     def geometry(self, theta, s_hat):
@@ -191,7 +198,7 @@ class GaussianMissingModel(Model):
 
     def init_theta(self, federation, rng=None) -> GaussianParams:
         """Initial parameters from global pairwise moments (no raw row leaves a client)."""
-        return init_gaussian(federation, self.reg_covar)
+        return init_gaussian(federation, self.reg_covar, self.scale)
 
     def impute(self, X, theta, rng=None, sample=False):
         """Conditional mean (or a draw) of the missing entries, shape (n, d)."""
