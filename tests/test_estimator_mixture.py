@@ -183,6 +183,9 @@ BAD_INPUTS = [
     (lambda X, g: FederatedGaussianMixture(2).fit([X[:100], X[100:], None]), r"client\(s\) \[2\] of the list"),
     (lambda X, g: FederatedGaussianMixture(2, compressor="dither:x=3").fit(X),
      r"no argument\(s\) \['x'\]; its arguments are \['s', "),
+    # numpy's concatenate error ("all the input array dimensions ... must match exactly") named no client
+    (lambda X, g: FederatedGaussianMixture(2).fit([X[:100], X[100:, :1]]),
+     r"client\(s\) \[1\] of the list have 1 columns but client 0 has 2"),
 ]
 
 

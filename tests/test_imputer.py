@@ -133,6 +133,12 @@ def test_bad_input():
     for model in ("gmm", "poisson"):
         with pytest.raises(ValueError, match="n_components=20 must be <= n_samples=10"):
             FederatedImputer(model, n_components=20).fit(counts[:10])
+    # a stray NaN next to another placeholder was imputed silently (scikit-learn's imputers refuse it)
+    placeholder = np.where(np.isnan(Xm), -1.0, Xm)
+    placeholder[3, 1] = np.nan
+    for data in (placeholder, pd.DataFrame(placeholder)):
+        with pytest.raises(ValueError, match="contains NaN, but missing_values=-1"):
+            FederatedImputer(missing_values=-1).fit(data)
     with pytest.raises(ValueError, match="'model' parameter of FederatedImputer must be a str among"):
         FederatedImputer("kmeans").fit(Xm)
 

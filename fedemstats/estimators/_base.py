@@ -100,6 +100,11 @@ class FederatedEMMixin:
             if bad:
                 raise ValueError(f"client(s) {bad[:10]} of the list are not 2-D arrays (rows x features); every "
                                  "element of a list of clients must be one client's rows.")
+            widths = [np.shape(a)[1] for a in X]
+            other = [i for i, w in enumerate(widths) if w != widths[0]]
+            if other:
+                raise ValueError(f"client(s) {other[:10]} of the list have {widths[other[0]]} columns but client 0 "
+                                 f"has {widths[0]}; every client needs the same features in the same order.")
             sizes = [np.shape(a)[0] for a in X]
             empty = [i for i, m in enumerate(sizes) if m == 0]
             if empty:

@@ -164,12 +164,15 @@ random_state, verbose, verbose_interval
         """Replace the ``missing_values`` placeholder by NaN (pandas columns kept)."""
         if _is_nan_marker(self.missing_values):
             return X
-        if hasattr(X, "mask"):
-            return X.mask(X == self.missing_values)
         if isinstance(X, (list, tuple)) and len(X) and np.ndim(X[0]) == 2:
             return [self._to_nan(np.asarray(a, dtype=np.float64)) for a in X]
-        X = np.asarray(X, dtype=np.float64)
-        return np.where(X == self.missing_values, np.nan, X)
+        frame = hasattr(X, "mask")
+        values = X.to_numpy(dtype=np.float64) if frame else np.asarray(X, dtype=np.float64)
+        if np.isnan(values).any():
+            # as scikit-learn's imputers: a NaN next to another placeholder is an error, not a gap
+            raise ValueError(f"Input X contains NaN, but missing_values={self.missing_values!r}: NaN would be "
+                             "imputed silently. Replace the NaN by the placeholder, or use missing_values=np.nan.")
+        return X.mask(X == self.missing_values) if frame else np.where(values == self.missing_values, np.nan, values)
 
     def fit(self, X, y=None, *, groups=None):
         """Fit the imputation model by federated EM.
