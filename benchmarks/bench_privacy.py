@@ -167,7 +167,7 @@ def main_table(data, cells):
 def acceptance_table(cells):
     """ε = 1 over seeds: mean (min, max) of the held-out log-likelihood per row."""
     seeds = (SEED,) + EXTRA_SEEDS
-    lines = [f"| table | cov | exact EM ll | ours ll: mean (min, max) | pfl ll: mean (min, max) | "
+    lines = ["| table | cov | exact EM ll | ours ll: mean (min, max) | pfl ll: mean (min, max) | "
              "ours − pfl (mean) |", "|---|---|---|---|---|---|"]
     for (name, cov), cell in cells.items():
         mine = np.array([cell["ours"][EPSILON_ACCEPT, s][0] for s in seeds])

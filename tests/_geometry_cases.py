@@ -8,7 +8,6 @@ full matrices, so the geometries are tested on both layouts.
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 

@@ -191,7 +191,7 @@ class RoundZero:
         """The quantised start simulated in chunks of clients (as a round's client half).
 
         Returns ``(state, Σ w_i loglik_i(θ_0), uplink bits, downlink bits besides θ_0)``."""
-        n, q, w = federation.n_clients, self.model.q, federation.weights
+        n, w = federation.n_clients, federation.weights
         a0, geometry0 = self.start_point(theta0)
         q0, loglik0, bits0 = self._chunked_upload(federation, theta0, a0, geometry0, entropy, "upload")
         message, s0 = self.start_broadcast(a0, geometry0, q0, w, entropy)

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # annotations only
+    from ..ledger import BitLedger
 
 __all__ = ["AlgorithmState", "FitResult", "AlgorithmRun", "draw_entropy", "ENTROPY_BOUND"]
 
