@@ -256,8 +256,10 @@ def _check_finite(features: pd.DataFrame, where: str, allow_missing: bool) -> No
         return
     rows = np.flatnonzero(missing.all(axis=1))
     if rows.size:
+        alone = ("; a file with one data column cannot be imputed: a cell is filled from the other "
+                 "columns of its row" if features.shape[1] == 1 else "")
         raise CLIError(f"{rows.size} data row(s) of {where} have no value besides the client "
-                       f"(rows {_rows(rows)}); remove them")
+                       f"(rows {_rows(rows)}); remove them{alone}")
 
 
 def read_client_csv(path: Path, client_column: str, *, allow_missing: bool):

@@ -163,3 +163,11 @@ def test_constant_columns_and_look_alike_client_labels_are_noted(tmp_path, capsy
     assert "note: column(s) ['k'] are constant" in captured.err
     assert "differ only in spaces or case; they are different clients" in captured.err
     assert "from 4 clients" in captured.out
+
+
+def test_a_single_column_with_gaps_says_why_it_cannot_be_imputed(tmp_path, capsys, monkeypatch):
+    forbid_fits(monkeypatch)
+    path = tmp_path / "one.csv"
+    path.write_text("site,x\n" + "".join(f"s{i % 2},{'' if i % 3 == 0 else i}\n" for i in range(9)))
+    assert main(["impute", "gaussian", str(path), "--client-column", "site", "--out", str(tmp_path / "o.csv")]) == 2
+    assert_one_error(capsys.readouterr().err, "no value besides the client", "one data column cannot be imputed")

@@ -88,3 +88,14 @@ def test_more_mixture_components_than_clients_is_a_warning(digits):
     X, y = digits
     with pytest.warns(UserWarning, match="n_components=12 is more than the 10 clients"):
         FederatedMLPClassifier((8,), method="mixture", n_components=12, max_iter=1, random_state=0).fit(X, y)
+
+
+@pytest.mark.parametrize("hook, match", [
+    (lambda k, phi: phi * np.nan if k == 1 else phi, "uplink_hook returned inf or NaN for client 1"),
+    (lambda k, phi: None, r"uplink_hook returned None for client 0; it must return the upload's shape"),
+    (lambda k, phi: phi[:-1], r"uplink_hook returned \(\d+,\) for client 0"),
+])
+def test_a_faulty_uplink_hook_is_named_not_blamed_on_the_learning_rate(digits, hook, match):
+    X, y = digits
+    with pytest.raises(ValueError, match=match):
+        run_hard_em(MLP((64, 16, 10)), _clients(X, y), rounds=1, uplink_hook=hook, random_state=0)

@@ -119,6 +119,21 @@ def _evaluate(model, prior, state, clients, eval_data, track_train_loss):
     return train_loss, test_acc
 
 
+def _hooked(hook, client, phi):
+    """``hook(client, phi)`` checked: the same shape, finite (a NaN upload used to surface as a server
+    divergence blamed on the learning rate)."""
+    out = hook(client, phi)
+    if out is None or np.shape(out) != phi.shape:
+        raise ValueError(f"uplink_hook returned {None if out is None else np.shape(out)} for client {client}; "
+                         f"it must return the upload's shape {phi.shape}.")
+    out = np.asarray(out, dtype=phi.dtype)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"uplink_hook returned inf or NaN for client {client}: no server can average that "
+                         "(a robust prior such as the median needs finite uploads too); return finite values, "
+                         "e.g. a large finite attack.")
+    return out
+
+
 def _round(t, model, prior, state, clients, active, pi, settings, rng, assignments):
     """One E-step on every active client plus the M-step of round ``t``; returns (state, local loss)."""
     sent = on_wire(state, settings["wire_dtype"])
@@ -133,7 +148,7 @@ def _round(t, model, prior, state, clients, active, pi, settings, rng, assignmen
         # A diverged client is an error, not an upload; the hook may then tamper with a sound one.
         check_local((phi,), loss, round_=t, client=int(k), clients=clients, wire_dtype=settings["wire_dtype"])
         if settings["uplink_hook"] is not None:
-            phi = settings["uplink_hook"](int(k), phi)
+            phi = _hooked(settings["uplink_hook"], int(k), phi)
         phis.append(on_wire(phi, settings["wire_dtype"]))
         losses.append(loss)
     sizes = np.array([clients[k][1].size for k in active], dtype=np.float64)
