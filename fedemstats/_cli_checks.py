@@ -185,10 +185,15 @@ def read_cells_as_text(path: Path) -> pd.DataFrame:
     return _read_csv(path, dtype=str, keep_default_na=False)
 
 
-def _check_header(path: Path, where: str) -> None:
-    """Header names are present and distinct (pandas renames a second ``a`` to ``a.1`` and an empty
-    name to ``Unnamed: 4``, which then surfaced in messages about the data)."""
-    names = _read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
+def _header_names(path: Path) -> list:
+    """The first line's fields as written (pandas renames a second ``a`` to ``a.1`` and an empty name
+    to ``Unnamed: 4`` when it reads them as the header)."""
+    return _read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
+
+
+def _check_header(names, where: str) -> None:
+    """Header names are present and distinct (renamed by pandas, they surfaced in messages about
+    the data)."""
     unnamed = [i + 1 for i, n in enumerate(names) if not str(n).strip()]
     if unnamed:
         raise CLIError(f"the header of {where} has no name for column(s) {unnamed[:SHOWN]} (counting from 1; "
@@ -200,14 +205,10 @@ def _check_header(path: Path, where: str) -> None:
                        "rename them")
 
 
-def _check_excel_separator_line(path: Path) -> None:
+def _check_excel_separator_line(names, path: Path) -> None:
     """Excel may write a ``sep=,`` line above the header; read as the header, it made every data row
     look one field too long."""
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace") as fh:
-            first = fh.readline().strip().lower()
-    except OSError:
-        return  # _read_csv reports it
+    first = ",".join(names).strip().lower()
     if first.startswith("sep="):
         raise CLIError(f"the first line of {str(path)!r} is Excel's {first!r} line, not a header; remove it "
                        "(fedemstats reads comma-separated files with the header on the first line)")
@@ -215,9 +216,10 @@ def _check_excel_separator_line(path: Path) -> None:
 
 def _delimiter_hint(columns) -> str:
     """A hint when the file is not comma-separated: one header cell holding ';' or a tab."""
-    first = str(columns[0]) if len(columns) else ""
+    if len(columns) != 1:
+        return ""
     for sep, name in ((";", "';'"), ("\t", "tab")):
-        if len(columns) == 1 and sep in first:
+        if sep in str(columns[0]):
             return f"; the file seems to be {name}-separated: fedemstats reads comma-separated files"
     return ""
 
@@ -268,14 +270,15 @@ def read_client_csv(path: Path, client_column: str, *, allow_missing: bool):
     ``features`` holds every column except ``client_column``, all numeric and finite
     (empty cells allowed only when ``allow_missing``); ``groups`` is the client of each row.
     """
-    _check_excel_separator_line(path)
+    names = _header_names(path)
+    _check_excel_separator_line(names, path)
     # the client column as text: '002' and '2', or '1' and '1.0', are different sites
     frame = _read_csv(path, dtype={client_column: str})
     where = repr(str(path))
     if client_column not in frame.columns:
         raise CLIError(f"column {client_column!r} (--client-column) is not in {where}; "
                        f"its columns are {list(frame.columns)[:20]}{_delimiter_hint(frame.columns)}")
-    _check_header(path, where)
+    _check_header(names, where)
     if frame.empty:
         raise CLIError(f"{where} has a header but no data rows")
     groups = frame.pop(client_column)

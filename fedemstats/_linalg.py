@@ -194,8 +194,7 @@ def scaled_cholesky(A: np.ndarray, sd: np.ndarray, ridge: float = 0.0, rel: floa
     sd = np.asarray(sd, dtype=np.float64)
     d = sd.shape[0]
     inv = 1.0 / sd
-    A_std = A * np.outer(inv, inv)
-    E = A_std.copy()
+    E = A * np.outer(inv, inv)
     E.flat[:: d + 1] -= ridge * inv ** 2
     base = ridge * float(np.min(inv)) ** 2
     bound = float(np.linalg.norm(E))  # >= max|λ(E)|
@@ -207,28 +206,21 @@ def scaled_cholesky(A: np.ndarray, sd: np.ndarray, ridge: float = 0.0, rel: floa
         w, V = np.linalg.eigh(symmetrize(E))
         e0, tol = empirical_floor(base, rel, float(np.max(np.abs(w))), d)
         valid = w[0] >= e0 - tol
-    if valid:
-        fixed, fixed_std, repaired = A, A_std, False
-    else:
-        E_rep = symmetrize((V * np.maximum(w, e0)) @ V.T)
-        fixed = symmetrize(E_rep * np.outer(sd, sd))
+    fixed = A
+    if not valid:
+        fixed = symmetrize((V * np.maximum(w, e0)) @ V.T * np.outer(sd, sd))
         fixed.flat[:: d + 1] += ridge
-        fixed_std = E_rep.copy()
-        fixed_std.flat[:: d + 1] += ridge * inv ** 2
-        repaired = True
     try:
-        return linalg.cholesky(fixed, lower=True), fixed, repaired
-    except linalg.LinAlgError:
-        return sd[:, None] * linalg.cholesky(fixed_std, lower=True), fixed, repaired
+        return linalg.cholesky(fixed, lower=True), fixed, not valid
+    except linalg.LinAlgError:  # too ill-conditioned in original units: factorise in the scale's
+        return sd[:, None] * linalg.cholesky(fixed * np.outer(inv, inv), lower=True), fixed, not valid
 
 
 def empirical_floor(base: float, rel: float, lam_max: float, d: int):
     """(e0, tol) of :func:`scaled_cholesky`: the floor of a standardised empirical part of spectral
     radius ``lam_max`` (``d`` × ``d``; 1 for a variance) next to a ridge whose smallest standardised
     eigenvalue is ``base``, and how far below it still counts as on it."""
-    f = max(base, rel * max(1.0, lam_max))
-    if f <= 0.0:
-        f = EIG_ABS_FLOOR
+    f = eig_floor_value(max(1.0, lam_max), base, rel)
     tol = min(FLOOR_SLACK * f + d * np.finfo(np.float64).eps * lam_max, 0.5 * f)
     return max(0.0, f - base), tol
 

@@ -47,8 +47,8 @@ from ..ledger import BitLedger
 from .coding import coded_bits, empirical_entropy_bits
 from .optim import DEFAULT_EPS, Adam
 from .result import NeuralResult
-from .rounds import (accuracy, append_row, check_batch_size, check_eval_data, check_local, client_list, make_client_sampler,
-                     minibatches, new_history, sampler_for)
+from .rounds import (accuracy, append_row, check_batch_size, check_eval_data, check_local, client_list,
+                     make_client_sampler, minibatches, new_history, sampler_for)
 
 __all__ = ["MODE_THRESHOLD", "REG_MODES", "BernoulliRule", "FedPMResult", "run_fedpm", "signed_constants",
            "subnetwork_params"]

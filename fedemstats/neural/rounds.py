@@ -113,7 +113,7 @@ def check_eval_data(eval_data, model):
     return X, check_labels(y, model.layer_sizes[-1], "eval_data")
 
 
-def client_list(data, y=None, model=None):
+def client_list(data, y, model):
     """``[(X_k, y_k), ...]`` from such a list, or from a :class:`Federation` and labels ``y``.
 
     Parameters
@@ -121,8 +121,8 @@ def client_list(data, y=None, model=None):
     data : list of (X_k, y_k) or Federation
     y : ndarray of shape (n_rows,), required with a Federation
         Labels in the federation's row order.
-    model : MLP, optional
-        Checks the feature count (:func:`check_clients`).
+    model : MLP
+        The clients are checked against it (:func:`check_clients`).
     """
     if isinstance(data, Federation):
         if y is None:
@@ -133,8 +133,6 @@ def client_list(data, y=None, model=None):
         data = [(data.client(i), y[data.offsets[i]:data.offsets[i + 1]]) for i in range(data.n_clients)]
     elif y is not None:
         raise ValueError("y= is only used with a Federation; client lists carry their labels.")
-    if model is None:
-        return [(np.asarray(Xk, dtype=np.float64), np.asarray(yk, dtype=np.intp)) for Xk, yk in data]
     return check_clients(data, model)
 
 
