@@ -13,12 +13,12 @@ KERNEL_RTOL = 1e-14
 K, D = 3, 4
 
 
-def random_theta(ctype, rng):
-    A = rng.normal(size=(K, D, D)) * 0.3 + np.eye(D)
+def random_theta(ctype, rng, d=D):
+    A = rng.normal(size=(K, d, d)) * 0.3 + np.eye(d)
     cov = A @ np.swapaxes(A, 1, 2)
     covs = {"full": cov, "tied": cov[0], "diag": np.diagonal(cov, axis1=1, axis2=2).copy(),
             "spherical": np.full(K, 1.3)}[ctype]
-    return make_params(rng.dirichlet(np.ones(K)), rng.normal(scale=2.0, size=(K, D)), covs, covariance_type=ctype)
+    return make_params(rng.dirichlet(np.ones(K)), rng.normal(scale=2.0, size=(K, d)), covs, covariance_type=ctype)
 
 
 def reference_sums(model, X, seg, theta, hard):
@@ -59,6 +59,22 @@ def test_chunks_across_client_boundaries_match_a_row_by_row_reference(ctype, har
     ref_stats, ref_ll = reference_sums(model, X, seg, theta, hard)
     assert np.allclose(stats, ref_stats, rtol=1e-10, atol=1e-10)
     assert np.allclose(ll, ref_ll, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("ctype", ["full", "tied"])
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 6, 7, 9, 10, 11, 13])
+def test_register_tiles_cover_every_edge_of_the_triangle(ctype, d):
+    """The log-density and second-moment tiles are TILE wide with clamped edge tiles (and
+    TILE x 2 ones for the last two columns): every d mod TILE must give every entry once."""
+    rng = np.random.default_rng(d)
+    X = rng.normal(scale=2.0, size=(700, d))
+    seg = np.array([0, 5, 300, 700])
+    theta = random_theta(ctype, rng, d)
+    model = GaussianMixtureModel(K, d, ctype, shift=X.mean(0))
+    stats, ll = model.client_stats(Federation(X, seg), theta)
+    ref_stats, ref_ll = reference_sums(model, X, seg, theta, False)
+    np.testing.assert_allclose(stats, ref_stats, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ll, ref_ll, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("ctype", ["full", "diag"])

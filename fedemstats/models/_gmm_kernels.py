@@ -16,14 +16,14 @@ Precisions come in two forms: ``prec_tri`` (K, d, d) upper-triangular factors U 
 U U^T = Sigma^{-1} (full; tied is broadcast to K copies) and ``prec_diag`` (K, d)
 (diag; spherical is broadcast to d columns). Full and tied second moments are
 accumulated and written as packed upper triangles, the layout's storage order. The
-triangular log-density is register-tiled in :mod:`._gmm_tiles`.
+triangular log-density and the second moments are register-tiled in :mod:`._gmm_tiles`.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-from ._gmm_tiles import FAST_SUMS, TILE, log_prob_tri
+from ._gmm_tiles import FAST_SUMS, TILE, log_prob_tri, weighted_upper
 from ._vexp import exp_shifted, sum_log_norm
 
 #: Covariance-type codes shared with gmm.py.
@@ -112,12 +112,6 @@ def _responsibilities(lp, n, hard, mx, sm, bits, e, cuts, n_pieces, ll):
             lp[k, t] *= sm[t]
 
 
-@njit(cache=True, inline="always")
-def _row_start(i, d):
-    """Stored index of entry (i, i) of a packed upper triangle (layout.py: row-major)."""
-    return i * d - i * (i - 1) // 2
-
-
 def row_flops(K, d, code) -> int:
     """Floating-point operations per row of a pass (the cost model of the serial/parallel choice).
 
@@ -133,64 +127,35 @@ def row_flops(K, d, code) -> int:
 @njit(cache=True, fastmath=FAST_SUMS)
 def _accumulate(xt, t0, n, r, code, w, acc):
     """acc += sums over chunk rows t0:n of (r_k, r_k x, second moment) in layout order
-    (full and tied second moments as packed upper triangles, :mod:`fedemstats.layout`)."""
+    (full and tied second moments as packed upper triangles, :mod:`fedemstats.layout`).
+    ``w`` is a free row buffer (the tied pass's unit weights)."""
     K = r.shape[0]
     d = xt.shape[0]
-    t0, n = np.uint64(t0), np.uint64(n)  # see _upper_row
+    t0, n = np.uint64(t0), np.uint64(n)  # see weighted_upper
     tri = d * (d + 1) // 2
     o1 = K
     o2 = K + K * d
     for k in range(K):
+        rk = r[k]
         s0 = 0.0
         for t in range(t0, n):
-            s0 += r[k, t]
+            s0 += rk[t]
         acc[k] += s0
+        if code == COV_FULL:
+            weighted_upper(xt, t0, n, rk, acc, o2 + k * tri, o1 + k * d)
+            continue
         for i in range(d):
-            s1 = 0.0
+            s1 = s2 = 0.0
             for t in range(t0, n):
-                w[t] = r[k, t] * xt[i, t]
-                s1 += w[t]
+                v = rk[t] * xt[i, t]
+                s1 += v
+                s2 += v * xt[i, t]
             acc[o1 + k * d + i] += s1
-            if code == COV_FULL:
-                _upper_row(w, xt, i, t0, n, acc, o2 + k * tri + _row_start(i, d) - i)
-            elif code == COV_DIAG or code == COV_SPHERICAL:
-                s2 = 0.0
-                for t in range(t0, n):
-                    s2 += w[t] * xt[i, t]
+            if code != COV_TIED:
                 acc[o2 + (k * d + i if code == COV_DIAG else k)] += s2
     if code == COV_TIED:
-        for i in range(d):
-            _upper_row(xt[i], xt, i, t0, n, acc, o2 + _row_start(i, d) - i)
-
-
-@njit(cache=True, fastmath=FAST_SUMS)
-def _upper_row(w, xt, i, t0, n, acc, base):
-    """acc[base + j] += sum_{t0 <= t < n} w[t] xt[j, t] for j = i..d-1, four columns per pass over w
-    (one load of w feeds four multiply-adds: the loop is bound by loads, not arithmetic)."""
-    d = xt.shape[0]
-    # unsigned loop bounds: numba then skips its negative-index wraparound, which kept
-    # LLVM from vectorising a loop not starting at 0 (7x slower)
-    t0, n = np.uint64(t0), np.uint64(n)
-    j = i
-    while j + 3 < d:
-        s0 = s1 = s2 = s3 = 0.0
-        for t in range(t0, n):
-            wt = w[t]
-            s0 += wt * xt[j, t]
-            s1 += wt * xt[j + 1, t]
-            s2 += wt * xt[j + 2, t]
-            s3 += wt * xt[j + 3, t]
-        acc[base + j] += s0
-        acc[base + j + 1] += s1
-        acc[base + j + 2] += s2
-        acc[base + j + 3] += s3
-        j += 4
-    while j < d:
-        s0 = 0.0
-        for t in range(t0, n):
-            s0 += w[t] * xt[j, t]
-        acc[base + j] += s0
-        j += 1
+        w[t0:n] = 1.0
+        weighted_upper(xt, t0, n, w, acc, o2, -1)
 
 
 @njit(cache=True)
