@@ -234,7 +234,8 @@ def test_local_kmeans_stopping_at_a_repeated_assignment_equals_every_lloyd_step(
     X = rng.normal(scale=2, size=(4, 3))[rng.integers(4, size=300)] + rng.normal(size=(300, 3))
     C0 = X[:4].copy()
     C, counts = C0.copy(), np.zeros(4, dtype=np.int64)
-    _local_kmeans._lloyd(X, 0, 300, 4, n_iter, C, counts, np.empty((4, 3)), np.empty(300, dtype=np.int64))
+    _local_kmeans._lloyd(np.ascontiguousarray(X.T), 300, 4, n_iter, C, counts, np.empty((4, 3)),
+                         np.empty(300, dtype=np.int64), np.empty((4, 300)))
     ref_C, ref_counts = _lloyd_reference(X, C0, n_iter)
     np.testing.assert_allclose(C, ref_C, rtol=1e-13)
     np.testing.assert_array_equal(counts, ref_counts)

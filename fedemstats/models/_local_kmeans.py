@@ -32,43 +32,61 @@ def _pick(d2, u, n):
 
 
 @njit(cache=True)
-def _seed(X, a, n, k, u, C, d2):
-    """k-means++ seeding of rows a:a+n into C[:k]."""
-    d = X.shape[1]
-    C[0, :] = X[a + min(int(u[0] * n), n - 1)]
+def _transposed(X, rows, a, n):
+    """Rows ``rows[a:a+n]`` of X as a (d, n) array (the client's sample, gathered here
+    rather than copied out first): the distance loops then run over rows with unit stride
+    and vectorise (row by row, over d = 10 features and k centres, they did not)."""
+    xt = np.empty((X.shape[1], n))
     for t in range(n):
-        d2[t] = np.inf
-    for j in range(k):
-        if j > 0:
-            C[j, :] = X[a + _pick(d2, u[j], n)]
-        for t in range(n):
-            s = 0.0
-            for i in range(d):
-                diff = X[a + t, i] - C[j, i]
-                s += diff * diff
-            d2[t] = min(d2[t], s)
+        r = rows[a + t]
+        for i in range(X.shape[1]):
+            xt[i, t] = X[r, i]
+    return xt
 
 
 @njit(cache=True)
-def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
-    """Lloyd steps on rows a:a+n from the centres C[:k]; counts are those of the last assignment.
+def _squared_distances(xt, n, c, out):
+    """out[t] = sum_i (x_ti - c_i)^2, summed over i in order (the same sum, bit for bit,
+    as a row-by-row loop: no reassociation is allowed here)."""
+    out[:n] = 0.0
+    for i in range(xt.shape[0]):
+        ci = c[i]
+        for t in range(n):
+            diff = xt[i, t] - ci
+            out[t] += diff * diff
+
+
+@njit(cache=True)
+def _seed(xt, n, k, u, C, d2, dist):
+    """k-means++ seeding of a client's rows (``xt``: them transposed) into C[:k]."""
+    C[0, :] = xt[:, min(int(u[0] * n), n - 1)]
+    d2[:n] = np.inf
+    for j in range(k):
+        if j > 0:
+            C[j, :] = xt[:, _pick(d2, u[j], n)]
+        _squared_distances(xt, n, C[j], dist)
+        for t in range(n):
+            d2[t] = min(d2[t], dist[t])
+
+
+@njit(cache=True)
+def _lloyd(xt, n, k, n_iter, C, counts, sums, labels, dist):
+    """Lloyd steps on a client's rows (``xt``: them transposed) from the centres C[:k]; counts
+    are those of the last assignment.
 
     Stops once an assignment repeats the previous one: the centres it would give are the
     ones it was made from, so every later step would repeat it too (the result is that of
     all ``n_iter`` steps, bit for bit, usually after two or three)."""
-    d = X.shape[1]
     labels[:n] = -1
     for _ in range(n_iter):
+        for j in range(k):
+            _squared_distances(xt, n, C[j], dist[j])
         changed = False
         for t in range(n):
             best, arg = np.inf, 0
             for j in range(k):
-                s = 0.0
-                for i in range(d):
-                    diff = X[a + t, i] - C[j, i]
-                    s += diff * diff
-                if s < best:
-                    best, arg = s, j
+                if dist[j, t] < best:
+                    best, arg = dist[j, t], j
             if labels[t] != arg:
                 changed = True
             labels[t] = arg
@@ -78,7 +96,8 @@ def _lloyd(X, a, n, k, n_iter, C, counts, sums, labels):
         sums[:k, :] = 0.0
         for t in range(n):
             counts[labels[t]] += 1
-            sums[labels[t], :] += X[a + t]
+            for i in range(xt.shape[0]):
+                sums[labels[t], i] += xt[i, t]
         for j in range(k):
             if counts[j] > 0:
                 C[j, :] = sums[j] / counts[j]
@@ -116,15 +135,16 @@ def systematic_rows(offsets, max_rows, u):
 
 
 @njit(cache=True, parallel=True)
-def _all_clients(X, seg, ks, u, n_iter, centres, counts):
+def _all_clients(X, rows, seg, ks, u, n_iter, centres, counts):
     K, d = centres.shape[1], X.shape[1]
     for i in prange(seg.shape[0] - 1):
         k = ks[i]
         if k == 0:
             continue
         a, n = seg[i], seg[i + 1] - seg[i]
-        _seed(X, a, n, k, u[i], centres[i], np.empty(n))
-        _lloyd(X, a, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64))
+        xt, dist = _transposed(X, rows, a, n), np.empty((K, n))
+        _seed(xt, n, k, u[i], centres[i], np.empty(n), dist[0])
+        _lloyd(xt, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64), dist)
 
 
 def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
@@ -160,7 +180,7 @@ def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
     counts = np.zeros((seg.size - 1, K), dtype=np.int64)
     if K:
         rows, sample_seg = systematic_rows(np.asarray(seg, dtype=np.int64), max_rows, u[:, K])
-        Xs = X if rows is None else np.take(X, rows, axis=0)
-        _all_clients(np.ascontiguousarray(Xs, dtype=np.float64), sample_seg, np.asarray(ks, dtype=np.int64), u,
+        rows = np.arange(X.shape[0]) if rows is None else rows
+        _all_clients(np.asarray(X, dtype=np.float64), rows, sample_seg, np.asarray(ks, dtype=np.int64), u,
                      int(n_iter), centres, counts)
     return centres, counts, np.minimum(np.diff(seg), max_rows)
