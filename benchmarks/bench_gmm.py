@@ -28,6 +28,7 @@ from fedemstats.models._summaries import global_mean
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _scale_timing import interleaved, summary  # noqa: E402
 from bench_compression import throughput_table  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "gmm.md"
@@ -52,7 +53,7 @@ def start_params(X, K, rng):
     return np.full(K, 1.0 / K), means, np.repeat(np.linalg.inv(cov)[None], K, axis=0)
 
 
-def bench_a(n=1_000_000, d=10, K=5, n_clients=100, reps=3, rng=None):
+def bench_a(n=1_000_000, d=10, K=5, n_clients=100, reps=5, rng=None):
     """Rounds against iterations, interleaved (one of each per repetition); cpu / wall of ours."""
     X, offsets, _ = synthetic(n, d, K, n_clients, rng)
     w0, m0, p0 = start_params(X, K, rng)
@@ -70,19 +71,18 @@ def bench_a(n=1_000_000, d=10, K=5, n_clients=100, reps=3, rng=None):
     model.client_stats(Federation(X[:WARMUP_ROWS], [0, WARMUP_ROWS // 2, WARMUP_ROWS]), theta0)
     compile_s = time.perf_counter() - t0
     run = FedEM(model, step_size=1.0, alpha=1.0).start(fed, theta0, random_state=0)
-    sk, ours, cpu = [], [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+
+    def sklearn_iteration():
         _, log_resp = gm._e_step(X)
         gm._m_step(X, log_resp)
-        sk.append(time.perf_counter() - t0)
-        c0, t0 = time.process_time(), time.perf_counter()
-        run.step()
-        ours.append(time.perf_counter() - t0)
-        cpu.append((time.process_time() - c0) / ours[-1])
-    return {"rows": n, "sklearn_s_per_iter": float(np.median(sk)), "fedem_s_per_round": float(np.median(ours)),
-            "spread": f"[{min(ours):.3f}-{max(ours):.3f}] vs [{min(sk):.3f}-{max(sk):.3f}]",
-            "compile_s": compile_s, "ratio": float(np.median(ours) / np.median(sk)), "cpu_wall": float(np.median(cpu)),
+    # interleaved with a settling pause, as bench_scale.py: scikit-learn's idle BLAS threads
+    # spin for ~0.1 s after its iteration and took a core from a round timed right after it
+    # (0.055 s with cpu/wall 1.79 against 0.037 s settled, on the same code)
+    times = interleaved({"sklearn": sklearn_iteration, "ours": run.step}, reps)
+    sk, ours = summary(times["sklearn"]), summary(times["ours"])
+    return {"rows": n, "sklearn_s_per_iter": sk["med"], "fedem_s_per_round": ours["med"],
+            "spread": f"[{ours['min']:.3f}-{ours['max']:.3f}] vs [{sk['min']:.3f}-{sk['max']:.3f}]",
+            "compile_s": compile_s, "ratio": ours["med"] / sk["med"], "cpu_wall": ours["cpu_wall"],
             "load": os.getloadavg()[0]}
 
 
