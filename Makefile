@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 export FLWR_TELEMETRY_ENABLED := 0
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba_cache
+# one numba cache per state of the compiled sources: numba does not see edits of the helper
+# modules a cached kernel calls (tests/_numba_cache_key.py)
+export NUMBA_CACHE_DIR ?= $(shell $(PYTHON) tests/_numba_cache_key.py)
 export MPLBACKEND := Agg
 
 .PHONY: demo test bench bench-pfl-venv clean
@@ -38,4 +40,4 @@ bench-pfl-venv:
 	.venv-pfl/bin/python -m pip install --quiet pfl==0.6.0
 
 clean:
-	rm -rf $(VENV) .venv-pfl demo_output .pytest_cache
+	rm -rf $(VENV) .venv-pfl demo_output .pytest_cache .numba_cache

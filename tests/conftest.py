@@ -1,13 +1,18 @@
 """Shared fixtures: scikit-learn's digits, split once per session; every test leaves the
-process environment as it found it."""
+process environment as it found it. numba's cache goes to a directory per state of the
+compiled sources (``_numba_cache_key.py``), set before anything imports numba."""
 import os
 
-import pytest
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+from _numba_cache_key import numba_cache_dir
 
-from fedemstats.neural.partition import iid_clients
+os.environ.setdefault("NUMBA_CACHE_DIR", numba_cache_dir())
+
+import pytest  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+from fedemstats.neural.partition import iid_clients  # noqa: E402
 
 DIGITS_TEST_SIZE = 0.3
 DIGITS_PIXEL_MAX = 16.0
