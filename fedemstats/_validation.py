@@ -20,6 +20,7 @@ __all__ = [
     "client_round_rng",
     "check_missing_input",
     "check_data_range",
+    "column_labels",
     "MAX_DATA_MAGNITUDE",
     "MIN_DATA_SPREAD",
 ]
@@ -32,6 +33,15 @@ MAX_DATA_MAGNITUDE = 1e70
 #: 1e-280, and variances and their inverses (precisions) stay normal float64 numbers
 #: (the smallest normal float64 is 2.2e-308).
 MIN_DATA_SPREAD = 1e-70
+#: Columns named in one error message (the rest are left out).
+SHOWN_COLUMNS = 10
+
+
+def column_labels(idx, columns=None) -> list:
+    """The first :data:`SHOWN_COLUMNS` of the columns ``idx`` as the user knows them: their names
+    when ``columns`` (e.g. an estimator's ``feature_names_in_``) is given, else their indices."""
+    idx = np.asarray(idx, dtype=np.int64)[:SHOWN_COLUMNS]
+    return [str(columns[i]) for i in idx] if columns is not None else idx.tolist()
 
 
 def check_rng(random_state) -> np.random.Generator:
@@ -129,7 +139,7 @@ def client_round_rng(entropy: int, round_: int, client: int) -> np.random.Genera
     return np.random.default_rng(np.random.SeedSequence(int(entropy), spawn_key=(int(round_), int(client))))
 
 
-def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
+def check_missing_input(X, observed=None, *, fitting=True, columns=None) -> np.ndarray:
     """Reject inputs the missing-value models cannot learn from.
 
     Parameters
@@ -139,6 +149,8 @@ def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
         ``~np.isnan(X)`` when not given.
     fitting : bool, default=True
         Also reject rows with no observed value.
+    columns : sequence of str, optional
+        Column names for the error (the estimator's ``feature_names_in_``); indices otherwise.
 
     Returns
     -------
@@ -153,7 +165,7 @@ def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
     observed = ~np.isnan(X) if observed is None else observed
     empty_cols = np.flatnonzero(~observed.any(axis=0))
     if empty_cols.size:
-        raise ValueError(f"column(s) {empty_cols[:10].tolist()} have no observed value; a model "
+        raise ValueError(f"column(s) {column_labels(empty_cols, columns)} have no observed value; a model "
                          "cannot be fitted for them: drop these columns.")
     if fitting:
         empty_rows = np.flatnonzero(~observed.any(axis=1))
@@ -166,7 +178,7 @@ def check_missing_input(X, observed=None, *, fitting=True) -> np.ndarray:
     return observed
 
 
-def check_data_range(X, *, name: str = "X") -> None:
+def check_data_range(X, *, name: str = "X", columns=None) -> None:
     """Reject data whose second moments float64 cannot represent.
 
     The estimators are equivariant to rescaling the data; this is the one place where the
@@ -180,11 +192,13 @@ def check_data_range(X, *, name: str = "X") -> None:
         Finite where not NaN.
     name : str
         The argument named in the error.
+    columns : sequence of str, optional
+        Column names for the error (the estimator's ``feature_names_in_``); indices otherwise.
 
     Raises
     ------
     ValueError
-        Naming ``name``, the magnitude found and the float64 limit it breaks.
+        Naming ``name``, the columns, the magnitude found and the float64 limit it breaks.
     """
     if X.size == 0:
         return
@@ -197,7 +211,7 @@ def check_data_range(X, *, name: str = "X") -> None:
     if magnitude > MAX_DATA_MAGNITUDE:
         huge = np.flatnonzero(size > MAX_DATA_MAGNITUDE)
         raise ValueError(
-            f"column(s) {huge[:10].tolist()} of {name} hold values of magnitude up to {magnitude:.3g}, above "
+            f"column(s) {column_labels(huge, columns)} of {name} hold values of magnitude up to {magnitude:.3g}, above "
             f"{MAX_DATA_MAGNITUDE:.0e}: their squares and sums of squares are too large for float64 (largest "
             "1.8e308), so the variances cannot be represented. Rescale those column(s) (results are "
             f"equivariant to rescaling a column), e.g. divide them by {magnitude:.0e}.")
@@ -213,7 +227,7 @@ def check_data_range(X, *, name: str = "X") -> None:
     if tiny.size:
         smallest = float(spread[tiny].min())
         raise ValueError(
-            f"column(s) {tiny[:10].tolist()} of {name} vary by at most {smallest:.3g}, below "
+            f"column(s) {column_labels(tiny, columns)} of {name} vary by at most {smallest:.3g}, below "
             f"{MIN_DATA_SPREAD:.0e}: their variances are too small for float64 (smallest normal 2.2e-308) "
             f"and cannot be represented. Rescale those column(s) (results are equivariant to rescaling a "
             f"column), e.g. multiply them by {1.0 / smallest:.0e}.")

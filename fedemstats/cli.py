@@ -154,7 +154,7 @@ def _fit(estimator, features, groups, what: str):
         try:
             fitted = estimator.fit(features, groups=groups)
         except ValueError as exc:
-            raise CLIError(f"cannot {what}: {_in_cli_terms(str(exc), list(features.columns))}") from None
+            raise CLIError(f"cannot {what}: {_in_cli_terms(str(exc))}") from None
     for w in caught:
         if issubclass(w.category, ConvergenceWarning):
             _note(f"the fit did not converge in {estimator.max_iter - 1} rounds; raise --rounds "
@@ -164,18 +164,16 @@ def _fit(estimator, features, groups, what: str):
     return fitted
 
 
-#: the estimators' way of naming columns and rows of the array X they were given
-_COLUMNS_OF_X = re.compile(r"column\(s\) \[([0-9, ]*)\] of X")
+#: the estimators name the columns of the frame they were given (``feature_names_in_``) as
+#: "column(s) [...] of X", and count rows of X from 0
+_OF_X = re.compile(r"(column\(s\) \[[^\]]*\]) of X\b")
 _ROW_OF_X = re.compile(r"\brow (\d+):")
 
 
-def _in_cli_terms(message: str, columns) -> str:
-    """An estimator's message in the command line's terms: the CSV's column names for the column
-    numbers of X, data rows counted from 1, and the command for the estimator's argument."""
-    def names(match):
-        idx = [int(i) for i in match.group(1).split(",") if i.strip()]
-        return f"column(s) {[columns[i] for i in idx if i < len(columns)]}"
-    message = _COLUMNS_OF_X.sub(names, message)
+def _in_cli_terms(message: str) -> str:
+    """An estimator's message in the command line's terms: no "X" (the columns are the CSV's,
+    already named), data rows counted from 1, and the command for the estimator's argument."""
+    message = _OF_X.sub(r"\1", message)
     message = _ROW_OF_X.sub(lambda m: f"data row {int(m.group(1)) + 1}:", message)
     return message.replace("model='gaussian'", "'fedemstats impute gaussian'")
 

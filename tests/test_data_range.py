@@ -52,3 +52,52 @@ def test_imputer_on_duplicated_columns_at_a_large_scale():
     imp = FederatedImputer("gaussian", n_components=2, max_iter=5, random_state=0)
     imp.fit(X * 1e13, groups=np.zeros(2, dtype=int))
     assert np.all(np.isfinite(imp.transform(X * 1e13)))
+
+
+# ---------------------------------------------------------------------- column names in errors
+def _frame(rng, n=40):
+    import pandas as pd
+    return pd.DataFrame(rng.normal(size=(n, 3)), columns=["height", "weight", "age"])
+
+
+@pytest.mark.parametrize("make", [lambda: FederatedGaussianMixture(2), lambda: FederatedFactorAnalysis(1),
+                                  lambda: FederatedImputer()])
+def test_a_frame_s_column_out_of_range_is_named(make):
+    rng = np.random.default_rng(0)
+    df = _frame(rng)
+    df["weight"] *= 10 * MAX_DATA_MAGNITUDE
+    with pytest.raises(ValueError, match=r"column\(s\) \['weight'\] of X hold values"):
+        make().fit(df)
+    df = _frame(rng)
+    df["age"] = rng.normal(size=len(df)) * MIN_DATA_SPREAD / 1e3
+    with pytest.raises(ValueError, match=r"column\(s\) \['age'\] of X vary by"):
+        make().fit(df)
+    # an array keeps the indices
+    with pytest.raises(ValueError, match=r"column\(s\) \[2\] of X vary by"):
+        make().fit(df.to_numpy())
+
+
+def test_the_imputers_name_a_frame_s_empty_and_negative_columns():
+    rng = np.random.default_rng(1)
+    df = _frame(rng)
+    df["age"] = np.nan
+    with pytest.raises(ValueError, match=r"column\(s\) \['age'\] have no observed value"):
+        FederatedImputer().fit(df)
+    counts = _frame(rng).abs().round()
+    counts.loc[3, "weight"] = -2.0
+    with pytest.raises(ValueError, match=r"Negative values in data passed to the Poisson model: column\(s\) "
+                                         r"\['weight'\] of X \(e\.g\. row 3: -2\.0\)"):
+        FederatedImputer(model="poisson", n_components=1).fit(counts)
+    counts.loc[3, "weight"] = 2.0
+    imputer = FederatedImputer(model="poisson", n_components=1).fit(counts)
+    counts.loc[5, "height"] = 0.5
+    with pytest.raises(ValueError, match=r"Non-integer values .* column\(s\) \['height'\] of X"):
+        imputer.transform(counts)
+
+
+def test_factor_analysis_names_a_frame_s_heywood_column():
+    rng = np.random.default_rng(2)
+    df = _frame(rng, n=200)
+    df["weight (copy)"] = df["weight"]
+    with pytest.warns(UserWarning, match=r"noise variance of feature\(s\) \[[^\]]*'weight[^\]]*\] is at its floor"):
+        FederatedFactorAnalysis(1, random_state=0).fit(df)

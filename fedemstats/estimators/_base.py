@@ -114,7 +114,7 @@ class FederatedEMMixin:
         ensure = "allow-nan" if self._allow_nan else True
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=ensure,
                           ensure_min_samples=min_rows)
-        check_data_range(X)
+        check_data_range(X, columns=getattr(self, "feature_names_in_", None))
         if groups is None:
             n_clients = min(self.n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
             # a fresh stream from random_state: refits with an int seed split the rows alike

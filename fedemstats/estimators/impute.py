@@ -194,12 +194,13 @@ random_state, verbose, verbose_interval
         """
         self._check_federated_params()
         fed, X_flat, _ = self._federation(self._to_nan(X), groups, min_rows=2)
-        check_missing_input(fed.X)
+        names = getattr(self, "feature_names_in_", None)
+        check_missing_input(fed.X, columns=names)
         K = 1 if self.model == "gaussian" else self.n_components
         if K > fed.n_rows:
             raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
         if self.model == "poisson":
-            check_counts(X_flat)  # rows in the order the user passed them
+            check_counts(X_flat, columns=names)  # rows in the order the user passed them
         rng = check_rng(self.random_state)
         model = self._make_model(fed)
         if self.model == "gaussian":
@@ -237,7 +238,7 @@ random_state, verbose, verbose_interval
         X = validate_data(self, self._to_nan(X), reset=False, dtype=np.float64,
                           ensure_all_finite="allow-nan")
         if self.model == "poisson":
-            check_counts(X)
+            check_counts(X, columns=getattr(self, "feature_names_in_", None))
         out = self.model_.impute(X, self.theta_, rng=self._rng_, sample=self.sample_posterior)
         if self.indicator_ is not None:
             out = np.hstack([out, self.indicator_.transform(X).astype(np.float64)])

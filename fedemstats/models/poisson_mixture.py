@@ -14,7 +14,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from .._linalg import logsumexp
-from .._validation import check_int, check_rng
+from .._validation import check_int, check_rng, column_labels
 from ..layout import StatLayout
 from ._mixture import component_mass, draw_components, log_norm_resp
 from ._patterns import rows_per_chunk, segment_sums
@@ -47,12 +47,16 @@ class PoissonMixtureParams:
     rates: np.ndarray
 
 
-def check_counts(X, name="X"):
+def check_counts(X, name="X", columns=None):
     """Raise ``ValueError`` unless the observed entries are non-negative integers.
 
     Parameters
     ----------
     X : ndarray of shape (n, d), NaN where missing
+    name : str
+        The argument named in the error.
+    columns : sequence of str, optional
+        Column names for the error (the estimator's ``feature_names_in_``); indices otherwise.
     """
     with np.errstate(invalid="ignore"):
         negative = X < 0
@@ -65,7 +69,7 @@ def check_counts(X, name="X"):
         if bad.any():
             cols = np.flatnonzero(bad.any(axis=0))
             row = int(np.flatnonzero(bad[:, cols[0]])[0])
-            raise ValueError(f"{what}: column(s) {cols[:10].tolist()} of {name} (e.g. row {row}: "
+            raise ValueError(f"{what}: column(s) {column_labels(cols, columns)} of {name} (e.g. row {row}: "
                              f"{float(X[row, cols[0]])!r}); {advice}.")
 
 
