@@ -10,9 +10,11 @@ them again for every few entries: they were bound by loads and stores, not arith
 - :func:`log_prob_tri`, ``||x_t U_k - mu_k U_k||^2``: every pass works on a
   :data:`TILE` x :data:`TILE` block of ``U_k`` held in registers: four loads of x and
   four of the partial columns feed sixteen multiply-adds, and the last pass of a column
-  block adds the squares instead of storing the columns.
+  block, U's diagonal block, adds the squares instead of storing the columns and skips
+  the zeros below U's diagonal.
 - :func:`weighted_upper`, ``sum_t r_t x_t x_t^T`` (packed upper triangle): a TILE x TILE
-  block of sums stays in registers over the whole chunk.
+  block of sums stays in registers over the whole chunk; diagonal blocks sum only their
+  upper half.
 
 Edge tiles clamp their indices to valid rows and columns; surplus entries get zero weight
 (log-density) or are not written (moments), so no buffer needs padding.
