@@ -161,10 +161,10 @@ def weighted_upper(xt, t0, n, r, acc, base, first):
     upper triangle are summed in registers, ``r_t x_ti`` formed on the fly: per row, four
     loads of x_i, four of x_j and one of r feed sixteen multiply-adds, where a
     one-row-at-a-time product re-read its weighted column for every few entries (d = 10,
-    K = 5: 30 against 21 ns per row on this machine). Diagonal blocks sum only their upper
+    K = 5: 24 against 17 ns per row on this machine). Diagonal blocks sum only their upper
     half (and the first moments); the last one or two columns take a TILE x 2 block, so
-    no block is half surplus (d = 10: 59 multiply-adds per row and component for the 55
-    entries).
+    no block is half surplus (d = 10: 55 multiply-adds per row and component, one per entry,
+    and 22 products r_t x_ti).
     """
     d = xt.shape[0]
     for i0 in range(0, d, TILE):
