@@ -47,6 +47,10 @@ def test_bad_evaluation_labels_are_refused_not_scored_zero(digits):
         run_hard_em(MLP((64, 16, 10)), _clients(X, y), rounds=1, eval_data=(X, y.astype(str)), random_state=0)
     with pytest.raises(ValueError, match=r"eval_data: need X_test of shape \(n, 64\)"):
         run_hard_em(MLP((64, 16, 10)), _clients(X, y), rounds=1, eval_data=(X[:, :10], y), random_state=0)
+    X_nan = X.copy()
+    X_nan[5, 3] = np.nan  # scored silently before: every prediction of a NaN row is wrong
+    with pytest.raises(ValueError, match="eval_data: X_test contains inf or NaN"):
+        run_hard_em(MLP((64, 16, 10)), _clients(X, y), rounds=1, eval_data=(X_nan, y), random_state=0)
 
 
 def test_run_hard_em_takes_a_federation_and_its_labels(digits):

@@ -55,6 +55,11 @@ class FederatedEMMixin:
 
     _allow_nan = False
 
+    @property
+    def _column_names(self):
+        """The fitted frame's column names (``feature_names_in_``) for messages, None for an array."""
+        return getattr(self, "feature_names_in_", None)
+
     _parameter_constraints: dict = {
         "algorithm": [StrOptions(set(ALGORITHMS))],
         "compressor": [str, Compressor, None],
@@ -114,7 +119,7 @@ class FederatedEMMixin:
         ensure = "allow-nan" if self._allow_nan else True
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=ensure,
                           ensure_min_samples=min_rows)
-        check_data_range(X, columns=getattr(self, "feature_names_in_", None))
+        check_data_range(X, columns=self._column_names)
         if groups is None:
             n_clients = min(self.n_clients, max(1, X.shape[0] // MIN_CLIENT_ROWS))
             # a fresh stream from random_state: refits with an int seed split the rows alike

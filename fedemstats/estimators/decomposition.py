@@ -174,7 +174,7 @@ random_state, verbose, verbose_interval
         """
         self._check_federated_params()
         fed, _, _ = self._federation(X, groups, min_rows=2)
-        check_missing_input(fed.X, columns=getattr(self, "feature_names_in_", None))
+        check_missing_input(fed.X, columns=self._column_names)
         k = self._n_factors(fed)
         psi0 = self._noise_init(fed.n_features)
         model = FactorAnalysisModel.from_federation(fed, n_factors=k)
@@ -192,7 +192,7 @@ random_state, verbose, verbose_interval
         self.loglike_ = (result.history["loglik"].to_numpy() * fed.n_rows).tolist()
         floored = np.flatnonzero(model.at_noise_floor(result.theta, result.state.s_hat))
         if floored.size:
-            names = column_labels(floored, getattr(self, "feature_names_in_", None))
+            names = column_labels(floored, self._column_names)
             warnings.warn(f"the noise variance of feature(s) {names} is at its floor ({NOISE_REL_FLOOR:g} "
                           "of the feature's variance): a Heywood case. Such a feature is constant or an (almost) "
                           "exact linear combination of others, e.g. a duplicated column; drop it, or use fewer "

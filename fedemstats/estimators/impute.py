@@ -166,13 +166,14 @@ random_state, verbose, verbose_interval
             return X
         if isinstance(X, (list, tuple)) and len(X) and np.ndim(X[0]) == 2:
             return [self._to_nan(np.asarray(a, dtype=np.float64)) for a in X]
-        frame = hasattr(X, "mask")
+        frame = hasattr(X, "columns")
         values = X.to_numpy(dtype=np.float64) if frame else np.asarray(X, dtype=np.float64)
         if np.isnan(values).any():
             # as scikit-learn's imputers: a NaN next to another placeholder is an error, not a gap
             raise ValueError(f"Input X contains NaN, but missing_values={self.missing_values!r}: NaN would be "
                              "imputed silently. Replace the NaN by the placeholder, or use missing_values=np.nan.")
-        return X.mask(X == self.missing_values) if frame else np.where(values == self.missing_values, np.nan, values)
+        values = np.where(values == self.missing_values, np.nan, values)
+        return type(X)(values, index=X.index, columns=X.columns) if frame else values
 
     def fit(self, X, y=None, *, groups=None):
         """Fit the imputation model by federated EM.
@@ -194,13 +195,12 @@ random_state, verbose, verbose_interval
         """
         self._check_federated_params()
         fed, X_flat, _ = self._federation(self._to_nan(X), groups, min_rows=2)
-        names = getattr(self, "feature_names_in_", None)
-        check_missing_input(fed.X, columns=names)
+        check_missing_input(fed.X, columns=self._column_names)
         K = 1 if self.model == "gaussian" else self.n_components
         if K > fed.n_rows:
             raise ValueError(f"n_components={K} must be <= n_samples={fed.n_rows}.")
         if self.model == "poisson":
-            check_counts(X_flat, columns=names)  # rows in the order the user passed them
+            check_counts(X_flat, columns=self._column_names)  # rows in the order the user passed them
         rng = check_rng(self.random_state)
         model = self._make_model(fed)
         if self.model == "gaussian":
@@ -238,7 +238,7 @@ random_state, verbose, verbose_interval
         X = validate_data(self, self._to_nan(X), reset=False, dtype=np.float64,
                           ensure_all_finite="allow-nan")
         if self.model == "poisson":
-            check_counts(X, columns=getattr(self, "feature_names_in_", None))
+            check_counts(X, columns=self._column_names)
         out = self.model_.impute(X, self.theta_, rng=self._rng_, sample=self.sample_posterior)
         if self.indicator_ is not None:
             out = np.hstack([out, self.indicator_.transform(X).astype(np.float64)])

@@ -110,6 +110,8 @@ def check_eval_data(eval_data, model):
     if X.ndim != 2 or X.shape[1] != model.layer_sizes[0] or np.shape(y)[:1] != X.shape[:1]:
         raise ValueError(f"eval_data: need X_test of shape (n, {model.layer_sizes[0]}) and y_test of shape "
                          f"(n,); got {X.shape} and {np.shape(y)}.")
+    if not np.all(np.isfinite(X)):  # the test accuracy would be computed on NaN scores, silently
+        raise ValueError("eval_data: X_test contains inf or NaN; remove those rows or rescale X_test.")
     return X, check_labels(y, model.layer_sizes[-1], "eval_data")
 
 
