@@ -46,10 +46,12 @@ FP_TOL = 1e-10
 #: ... or this many rounds after round 0 (reported as capped).
 FP_MAX_ROUNDS = 3000
 #: FedEM's round budget: max(BUDGET_FACTOR × exact EM's rounds to the target, BUDGET_MIN_ROUNDS),
-#: at most BUDGET_MAX_ROUNDS (the fixed point's horizon; keeps slow factor-analysis runs bounded).
+#: at most BUDGET_MAX_ROUNDS. Factor analysis's EM converges slowly (exact EM needs up to 2,400
+#: rounds here): a cap at the fixed point's horizon (3,000) gave partial participation 1.3× exact
+#: EM's rounds where every other row gets 20×; twice that keeps the stalled runs bounded.
 BUDGET_FACTOR = 20
 BUDGET_MIN_ROUNDS = 300
-BUDGET_MAX_ROUNDS = FP_MAX_ROUNDS
+BUDGET_MAX_ROUNDS = 2 * FP_MAX_ROUNDS
 #: A run also stops once its bits exceed this multiple of exact EM's bits to the target
 #: without reaching it (8× the strictest threshold: a clear miss; the ratio is then a lower bound).
 BITS_CAP_RATIO = 2.0
@@ -87,8 +89,13 @@ VARIANTS = {v.name: v for v in (
 
 
 def criteria(kind):
-    """The criteria of a model kind, the judged one first."""
-    return ("rmse", "ll") if kind == "imputer" else ("ll",)
+    """The criteria of a model kind, the judged one first.
+
+    The imputer is judged on the log-likelihood, as the other models; its RMSE criterion (the
+    issue's) is reported beside it. Exact EM meets the RMSE one at round 0, 1 or 2 on every table
+    (the conditional-mean imputation barely moves once the covariance is roughly right), so a
+    ratio to it prices the start (θ_0 in float64 and the first uploads), not convergence."""
+    return ("ll", "rmse") if kind == "imputer" else ("ll",)
 
 
 @dataclass(eq=False)
