@@ -67,10 +67,8 @@ def make_row(problem, ref, variant, res):
             else:
                 row["ratio_lb"][c] = res.total_bits / e   # reaching it would cost at least this
     if variant.threshold is not None:
-        row["passed"], row["passed_by"] = None, {}
-        for c in crits:
-            r = row["ratio"].get(c)
-            row["passed_by"][c] = bool(row["status"] == "ok" and r is not None and r <= variant.threshold)
+        ok = row["status"] == "ok"
+        row["passed_by"] = {c: ok and row["ratio"].get(c, np.inf) <= variant.threshold for c in crits}
         row["passed"] = row["passed_by"][main]
     return row
 
@@ -87,10 +85,9 @@ def why(row):
     if row["threshold"] is not None and r0 > row["threshold"]:
         lead = f"round 0 alone ({r0:.2f} of exact EM's total) exceeds {row['threshold']:g}; "
     if main not in res.hits:
-        unit = "nats/row" if main == "ll" else "RMSE ratio − 1"
         rounds = f"{res.rounds / e.round:.1f}× exact EM's {e.round}" if e.round else f"exact EM: {e.round}"
         return (f"{lead}not reached after {res.rounds} rounds ({rounds}; stop: {res.stop}): best gap "
-                f"{res.best[main]:.2g} {unit}, last {res.last[main]:.2g}; round 0 = {r0:.2f} of exact EM's total")
+                f"{res.best[main]:.2g} nats/row, last {res.last[main]:.2g}; round 0 = {r0:.2f} of exact EM's total")
     h = res.hits[main]
     rest = (h.up + h.down) / e.bits
     text = f"{lead}ratio {r0 + rest:.3f} = round 0 {r0:.3f} + rounds {rest:.3f}"
@@ -140,7 +137,7 @@ def table_line(row):
     passed = "—" if row["passed"] is None else ("yes" if row["passed"] else "**no**")
     held = "" if res.held is None else ("yes" if res.held else "**no**")
     best = res.best.get(main, np.nan)
-    best = _f(best, ".1e" if main == "ll" else "+.2%")
+    best = _f(best, ".1e")
     second = ""
     if row["kind"] == "imputer":
         r2, _, q2 = _rounds_bits(row, "rmse")
@@ -211,7 +208,9 @@ def rmse_lines(rows, variants):
         if sub:
             n = sum(r["passed_by"].get("rmse", False) for r in sub)
             cells.append(f"{v.name} {n} / {len(sub)}")
-    return ["", "Imputer under the RMSE criterion (reported, not judged): " + ", ".join(cells) + "."] if cells else []
+    if not cells:
+        return []
+    return ["", "Imputer under the RMSE criterion (reported, not judged): " + ", ".join(cells) + "."]
 
 
 def report(groups, rows, variants, args, total_s):
