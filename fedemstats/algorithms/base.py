@@ -182,7 +182,7 @@ class Algorithm(RoundZero):
         -------
         dict
             The round's history fields: ``loglik``, ``loglik_se``, ``step_size``,
-            ``step_fraction``, ``noise_ratio``, ``rejected``, ``gain``, ``converged``.
+            ``step_fraction``, ``trust_ratio``, ``noise_ratio``, ``rejected``, ``gain``, ``converged``.
         """
         ctl, cs, k = self.controller(weights.shape[0], state.budget), state.control, state.round
         geometry, coords = geometries
@@ -193,7 +193,7 @@ class Algorithm(RoundZero):
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)
         converged, gain = ctl.converged(cs, ll, var, tol)
         row = {"loglik": ll, "loglik_se": float(np.sqrt(var)), "gain": gain, "converged": converged,
-               "rejected": False, "step_fraction": 1.0, "noise_ratio": np.nan}
+               "rejected": False, "step_fraction": 1.0, "trust_ratio": np.nan, "noise_ratio": np.nan}
         if ctl.rejects(cs, ll, var, tol or 0.0):
             state.s_hat = ctl.reject(cs)
             row.update(step_size=0.0, step_fraction=0.0, rejected=True, converged=False,
@@ -202,31 +202,35 @@ class Algorithm(RoundZero):
             hy = coords.forward(h[None, :])[0]
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
-            step, fraction, inside = self._safe_step(geometry, state.s_hat, h, gamma) if ctl.safeguard \
-                else (gamma * h, 1.0, None)
+            if ctl.safeguard:
+                ratio = ctl.trust_ratio(cs, self.broadcast.noise_level(state.downlink, coords))
+                step, fraction, inside = self._safe_step(geometry, state.s_hat, h, gamma, ratio)
+            else:
+                ratio, step, fraction, inside = np.nan, gamma * h, 1.0, None
             u, bits, scale = self.broadcast.send(state.downlink, step, coords, inside, state.entropy, k)
             ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale)
             state.s_hat = state.s_hat + u
-            row.update(step_size=gamma, step_fraction=fraction, broadcast_bits=bits,
+            row.update(step_size=gamma, step_fraction=fraction, trust_ratio=ratio, broadcast_bits=bits,
                        noise_ratio=cs.noise_avg / cs.total_avg if cs.total_avg else np.nan)
             check_iterate(state.s_hat, k + 1, gamma, state.scale)
         state.round = k + 1
         return row
 
-    def _safe_step(self, geometry, s_hat, h, gamma):
+    def _safe_step(self, geometry, s_hat, h, gamma, ratio):
         """The safeguarded step from Ŝ along H: (step, fraction, inside).
 
         ``fraction`` is the trust region's share of γ H and ``inside(u)`` tells whether a
-        (quantised) step ``u`` keeps the iterate in the region. When Ŝ itself lies outside
+        (quantised) step ``u`` keeps the iterate in the region, both with the round's ``ratio``
+        (:meth:`.controller.StepController.trust_ratio`). When Ŝ itself lies outside
         (T had to repair it: an indefinite start, a Heywood case, a noisy collapse), no
         fraction of any step is inside; the step then first *snaps* Ŝ to the statistics the
         current model implies, E_θ[s] with θ = T(Ŝ) (which T maps back to the same θ, so the
         fixed point is untouched), and moves from there along H + Ŝ − E_θ[s], the mean field
         at the snapped point.
         """
-        if geometry.step_fraction(s_hat, np.zeros_like(h)) > 0.0:
-            fraction = geometry.step_fraction(s_hat, gamma * h)
-            return fraction * gamma * h, fraction, lambda u: geometry.step_fraction(s_hat, u) == 1.0
+        if geometry.step_fraction(s_hat, np.zeros_like(h), ratio) > 0.0:
+            fraction = geometry.step_fraction(s_hat, gamma * h, ratio)
+            return fraction * gamma * h, fraction, lambda u: geometry.step_fraction(s_hat, u, ratio) == 1.0
         try:
             snap = self.model.expected_stats(self.model.t_map(s_hat))
         except NotImplementedError:
@@ -234,9 +238,13 @@ class Algorithm(RoundZero):
         theta = self.model.t_map(snap)
         region = self.model.geometry(theta, snap)
         h_snap = h + (s_hat - snap)
-        fraction = region.step_fraction(snap, gamma * h_snap)
+        fraction = region.step_fraction(snap, gamma * h_snap, ratio)
         offset = snap - s_hat
-        return offset + fraction * gamma * h_snap, fraction, lambda u: region.step_fraction(snap, u - offset) == 1.0
+
+        def inside(u):
+            return region.step_fraction(snap, u - offset, ratio) == 1.0
+
+        return offset + fraction * gamma * h_snap, fraction, inside
 
     # ------------------------------------------------------------------ hooks
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):

@@ -142,6 +142,16 @@ class Broadcast:
         bs.last = ("message", message) if message is not None else ("zero", None)
         return u, int(bits), scale
 
+    def noise_level(self, bs, coords) -> float:
+        """The relative noise ‖u − step‖² / ‖step‖² the next update will carry: the measured
+        running ratio, or before any measurement the compressor's bound ω in ``coords``'
+        blocks (0.0 for the lossless float64 downlink)."""
+        if self.lossless:
+            return 0.0
+        if bs.noise_ratio is not None:
+            return bs.noise_ratio
+        return float(self.compressor.omega(self.q, coords.blocks))
+
     def revert(self, bs) -> int:
         """A rejected step: the clients go back to the accepted iterate (a flag)."""
         bs.update_bits.append(REVERT_BITS)

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..models._geometry import TRUST_RATIO
+
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
            "STOCHASTIC_TOL_FRACTION", "WINDOW_SE_FRACTION", "MINIBATCH_DECAY", "ROUNDOFF",
-           "running_average"]
+           "running_average", "TRUST_SIGMAS"]
 
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
@@ -63,6 +65,10 @@ STOCHASTIC_TOL_FRACTION = 0.5
 #: that passes then shows an estimated gain per unit step below ``tol`` (bound + 2 SE), and a
 #: log-likelihood that is all noise (early rounds at p = 0.5, a stalled run) cannot pass.
 WINDOW_SE_FRACTION = 0.5
+#: The trust region's ratio (:meth:`StepController.trust_ratio`) is TRUST_SIGMAS times the step's
+#: relative noise √ν, capped at TRUST_RATIO: the noise can move a margin by about √ν of the step,
+#: so a margin is kept that far clear of zero; at the default ``dither:s=4`` (ν ≥ 0.1) it is TRUST_RATIO.
+TRUST_SIGMAS = 2.0
 #: With mini-batches "auto" also decays as k^(-MINIBATCH_DECAY) (Robbins-Monro, as online EM):
 #: mini-batch noise is invisible in the messages (it looks like signal), and only a
 #: decreasing step averages it out.
@@ -200,6 +206,19 @@ class StepController:
         wiener /= 1.0 + (downlink_noise or 0.0)
         gamma = max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN)
         return float(min(gamma, float(k) ** -self.decay))
+
+    @staticmethod
+    def trust_ratio(cs, downlink_noise) -> float:
+        """The trust region's ratio this round: min(TRUST_RATIO, TRUST_SIGMAS · √ν).
+
+        ν is the relative noise of the step the clients will apply: the uplink's measured
+        Var H / E‖H‖² (running averages) plus the broadcast's ``downlink_noise``. The region
+        guards a step against its noise; a noiseless step needs none (an EM step is a convex
+        combination of valid statistics), so the region vanishes as the quantisation gets
+        finer and compressed FedEM tends to exact EM (issue 11's continuity item).
+        """
+        uplink = max(cs.noise_avg / cs.total_avg, 0.0) if cs.total_avg else 0.0
+        return float(min(TRUST_RATIO, TRUST_SIGMAS * np.sqrt(uplink + max(downlink_noise, 0.0))))
 
     def reject(self, cs):
         """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 #: A step is inside the trust region if, in the current model's whitened coordinates, every
 #: margin (a weight over its current value, a whitened variance, ...; 1 at the model's own
-#: statistics) stays >= TRUST_RATIO x its value at the current iterate (capped at 1).
+#: statistics) stays >= TRUST_RATIO x its value at the current iterate (capped at 1). This is
+#: the region at the default compression; the server shrinks the ratio with the step's noise
+#: (``StepController.trust_ratio``), since a noiseless EM step needs no region.
 TRUST_RATIO = 0.25
 #: step_fraction tries t = 1, 1/2, ..., 2**-MAX_HALVINGS.
 MAX_HALVINGS = 12
@@ -187,7 +189,7 @@ class Geometry:
         """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
         return np.all(self._margins(points) >= floor, axis=1)
 
-    def step_fraction(self, s_hat, step) -> float:
+    def step_fraction(self, s_hat, step, ratio=TRUST_RATIO) -> float:
         """Largest t in {1, 1/2, ..., 2**-MAX_HALVINGS} with ``s_hat + t step`` inside the trust region.
 
         Parameters
@@ -195,6 +197,8 @@ class Geometry:
         s_hat : ndarray of shape (q,)
             The current iterate (θ = T(s_hat) is the current model).
         step : ndarray of shape (q,)
+        ratio : float, default=TRUST_RATIO
+            How far a margin may shrink, relative to its value at ``s_hat``.
 
         Returns
         -------
@@ -203,9 +207,9 @@ class Geometry:
 
         Notes
         -----
-        The region is relative to the current iterate: a margin may fall to TRUST_RATIO times
+        The region is relative to the current iterate: a margin may fall to ``ratio`` times
         its value at ``s_hat`` (capped at 1), not below. At Ŝ = E_θ[s] every margin is 1 and
-        the region is TRUST_RATIO itself. Where T repaired Ŝ (a floored eigenvalue, noise
+        the region is ``ratio`` itself. Where T repaired Ŝ (a floored eigenvalue, noise
         variance or rate: a constant column, exactly collinear columns, a count column of
         zeros) Ŝ's own margin is below 1, and an absolute bound would refuse every step that
         does not lift it, so a fit froze there; a margin that is not positive at Ŝ gives a
@@ -217,7 +221,7 @@ class Geometry:
         finite = np.all(np.isfinite(points), axis=1)
         ok = np.zeros(t.size, dtype=bool)
         if finite.any():
-            floor = TRUST_RATIO * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
+            floor = ratio * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
             ok[finite] = self._inside(points[finite], floor)
         return float(t[np.argmax(ok)]) if ok.any() else 0.0
 
@@ -260,6 +264,6 @@ class IdentityGeometry(Geometry):
     def _margins(self, points):
         return np.full((points.shape[0], 1), np.inf)
 
-    def step_fraction(self, s_hat, step) -> float:
+    def step_fraction(self, s_hat, step, ratio=TRUST_RATIO) -> float:
         """Always 1.0: the identity map has no model geometry to protect."""
         return 1.0
