@@ -67,7 +67,8 @@ STOCHASTIC_TOL_FRACTION = 0.5
 WINDOW_SE_FRACTION = 0.5
 #: The trust region's ratio (:meth:`StepController.trust_ratio`) is TRUST_SIGMAS times the step's
 #: relative noise √ν, capped at TRUST_RATIO: the noise can move a margin by about √ν of the step,
-#: so a margin is kept that far clear of zero; at the default ``dither:s=4`` (ν ≥ 0.1) it is TRUST_RATIO.
+#: so a margin is kept that far clear of zero; at the default ``dither:s=4`` ν is rarely below
+#: (TRUST_RATIO / TRUST_SIGMAS)² = 1/64, and the ratio is TRUST_RATIO.
 TRUST_SIGMAS = 2.0
 #: With mini-batches "auto" also decays as k^(-MINIBATCH_DECAY) (Robbins-Monro, as online EM):
 #: mini-batch noise is invisible in the messages (it looks like signal), and only a
