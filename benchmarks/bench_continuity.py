@@ -40,10 +40,10 @@ LL_TOL = 1e-3
 logger = logging.getLogger("benchmarks.continuity")
 
 
-def trajectory(problem, seed, **kwargs):
-    """Mean log-likelihood per row after rounds 1..ROUNDS, shape (ROUNDS,); exact EM without kwargs."""
+def trajectory(problem, seed, settings):
+    """Mean log-likelihood per row after rounds 1..ROUNDS of ``FedEM(model, **settings)``, shape (ROUNDS,)."""
     model, theta0, rng = problem.build(seed)
-    algo = FedEM(model, **(kwargs or EXACT_KWARGS))
+    algo = FedEM(model, **settings)
     run = algo.start(problem.fed, theta0, random_state=rng)
     out = np.empty(ROUNDS)
     for k in range(ROUNDS):
@@ -55,10 +55,10 @@ def trajectory(problem, seed, **kwargs):
 def measure(table, split, config, seed):
     """The row of one problem: the largest |gap| and its round for each of LEVELS."""
     problem = make_problem(table, split, config, seed)
-    exact = trajectory(problem, seed)
+    exact = trajectory(problem, seed, EXACT_KWARGS)
     row = {"table": table.name, "split": split.name, "model": config.name}
     for s in LEVELS:
-        gap = np.abs(trajectory(problem, seed, compressor=f"dither:s={s}", step_size=1.0) - exact)
+        gap = np.abs(trajectory(problem, seed, {"compressor": f"dither:s={s}", "step_size": 1.0}) - exact)
         row[s] = (float(gap.max()), int(np.argmax(gap)) + 1)
     return row
 

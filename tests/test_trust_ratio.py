@@ -14,6 +14,7 @@ from fedemstats.algorithms.broadcast import Broadcast
 from fedemstats.algorithms.controller import TRUST_SIGMAS, ControllerState, StepController
 from fedemstats.compression import make_compressor
 from fedemstats.estimators import FederatedGaussianMixture
+from fedemstats.layout import StatLayout
 from fedemstats.models._geometry import IdentityGeometry, TRUST_RATIO
 
 
@@ -33,13 +34,15 @@ def test_ratio_vanishes_with_the_noise_and_ignores_negative_estimates():
     # the noise estimates are unbiased, so a tiny noise can be estimated below zero: it counts as none
     assert StepController.trust_ratio(_state(-1e-3, 1.0), -1e-4) == 0.0
     assert StepController.trust_ratio(_state(None, None), 0.0) == 0.0
+    # a noise estimate that is not a number says nothing: the full region
+    assert StepController.trust_ratio(_state(np.nan, 1.0), 0.0) == TRUST_RATIO
     ratios = [StepController.trust_ratio(_state(nu, 1.0), 0.0) for nu in (2e-2, 1e-4, 1e-6, 1e-8)]
     assert ratios[0] == TRUST_RATIO and all(a > b for a, b in zip(ratios, ratios[1:])) and ratios[-1] < 1e-3
 
 
 def test_broadcast_noise_level_is_the_bound_until_measured_then_the_measure():
     q = 40
-    coords = IdentityGeometry(type("L", (), {"offsets": np.array([0, 10, q])})())
+    coords = IdentityGeometry(StatLayout([("a", (10,)), ("b", (q - 10,))]))
     assert Broadcast(None, q).noise_level(None, coords) == 0.0  # lossless float64 downlink
     bc = Broadcast("dither:s=4", q)
     bs = bc.start(3, True)

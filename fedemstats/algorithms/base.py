@@ -211,7 +211,7 @@ class Algorithm(RoundZero):
             ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale)
             state.s_hat = state.s_hat + u
             row.update(step_size=gamma, step_fraction=fraction, trust_ratio=ratio, broadcast_bits=bits,
-                       noise_ratio=cs.noise_avg / cs.total_avg if cs.total_avg else np.nan)
+                       noise_ratio=cs.noise_ratio)
             check_iterate(state.s_hat, k + 1, gamma, state.scale)
         state.round = k + 1
         return row

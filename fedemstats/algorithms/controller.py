@@ -115,6 +115,12 @@ class ControllerState:
     trail: list = field(default_factory=list)
     reverted: bool = False
 
+    @property
+    def noise_ratio(self) -> float:
+        """Var H / E‖H‖² of the running averages (the uplink's relative noise); NaN before
+        any measurement or when E‖H‖² is 0."""
+        return self.noise_avg / self.total_avg if self.total_avg else np.nan
+
 
 def running_average(avg, value):
     """Exponential running average with memory NOISE_MEMORY (the first value starts it)."""
@@ -203,7 +209,7 @@ class StepController:
         if self.schedule is not None:
             # a user's step is scaled down by the rejections (the cap starts at 1), never clipped
             return float(self.schedule(k)) * (cs.cap if self.safeguard else 1.0)
-        wiener = 1.0 - cs.noise_avg / cs.total_avg if cs.total_avg > 0.0 else 1.0
+        wiener = 1.0 - cs.noise_ratio if cs.total_avg > 0.0 else 1.0
         wiener /= 1.0 + (downlink_noise or 0.0)
         gamma = max(min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap), AUTO_GAMMA_MIN)
         return float(min(gamma, float(k) ** -self.decay))
@@ -218,8 +224,11 @@ class StepController:
         combination of valid statistics), so the region vanishes as the quantisation gets
         finer and compressed FedEM tends to exact EM (issue 11's continuity item).
         """
-        uplink = max(cs.noise_avg / cs.total_avg, 0.0) if cs.total_avg else 0.0
-        return float(min(TRUST_RATIO, TRUST_SIGMAS * np.sqrt(uplink + max(downlink_noise, 0.0))))
+        uplink = cs.noise_ratio if cs.total_avg else 0.0
+        nu = max(uplink, 0.0) + max(downlink_noise, 0.0)
+        if not np.isfinite(nu):  # a noise estimate that is not a number: the full region
+            return TRUST_RATIO
+        return float(min(TRUST_RATIO, TRUST_SIGMAS * np.sqrt(nu)))
 
     def reject(self, cs):
         """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""
