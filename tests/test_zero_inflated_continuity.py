@@ -36,6 +36,12 @@ def _history(X, **kw):
     return gmm.fit(X).history_
 
 
+@pytest.fixture(scope="module")
+def exact(portal):
+    """Exact EM's history, the reference of both continuity tests."""
+    return _history(portal, algorithm="em")
+
+
 def test_portal_counts_are_zero_inflated(portal):
     """The premise: several columns are mostly one value (the zero count)."""
     share_at_min = (portal == portal.min(axis=0)).mean(axis=0)
@@ -46,19 +52,17 @@ def test_portal_counts_are_zero_inflated(portal):
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="known: a quantiser whose error is relative to the message's norm cannot "
                           "resolve exact EM's variances on their way to reg_covar at 11 bits")
-def test_fine_quantisation_follows_exact_em_on_zero_inflated_counts(portal):
-    exact = _history(portal, algorithm="em")
+def test_fine_quantisation_follows_exact_em_on_zero_inflated_counts(portal, exact):
     fine = _history(portal, compressor="dither:s=1024", step_size=1.0)
     gap = np.abs(exact["loglik"].to_numpy() - fine["loglik"].to_numpy())
     assert gap.max() < LL_TOL, gap
 
 
 @pytest.mark.filterwarnings("ignore:.*did not converge")
-def test_a_fine_enough_quantisation_follows_exact_em_on_zero_inflated_counts(portal):
-    """Continuity in the limit: at 2**24 levels the region has shrunk with the noise and the quantiser
-    resolves the collapsing variances (with the region fixed at TRUST_RATIO, no number of levels did:
-    every such step was halved, 4.7 nats/row off at 2**20 and at 2**24 alike)."""
-    exact = _history(portal, algorithm="em")
+def test_a_fine_enough_quantisation_follows_exact_em_on_zero_inflated_counts(portal, exact):
+    """Continuity in the limit: at 2**24 levels the region has shrunk with the noise, the start is
+    exact and the quantiser resolves the collapsing variances (with the region fixed at TRUST_RATIO,
+    no number of levels did: every such step was halved, 4.7 nats/row off at 2**20 and 2**24 alike)."""
     finest = _history(portal, compressor=f"dither:s={2 ** 24}", step_size=1.0)
     gap = np.abs(exact["loglik"].to_numpy() - finest["loglik"].to_numpy())
     assert gap.max() < LL_TOL, gap
