@@ -2,8 +2,8 @@
 end-to-end tests only see through whole fits."""
 import numpy as np
 
-from fedemstats.algorithms.controller import (CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW, ROUNDOFF,
-                                              STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
+from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
+                                              ROUNDOFF, STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
 
 
@@ -104,3 +104,41 @@ def test_a_gain_above_tol_does_not_converge():
     rising = -1.0 + 2.0 * tol * np.arange(CONVERGENCE_WINDOW + 1)  # 2 tol per unit step
     assert not _trail_test(ctl, _accepted(ctl, ll=-1.0), rising, se, tol)
     assert _trail_test(ctl, _accepted(ctl, ll=-1.0), np.full(CONVERGENCE_WINDOW + 1, -1.0), se, tol)
+
+
+def test_a_smallest_step_is_not_undone_and_the_watchdog_stands_down_until_a_gain():
+    """From statistics T had to repair (a variance below reg_covar) the mean field itself lowers the
+    log-likelihood; undoing its steps pinned the iterate there. A drop after a step at the floor
+    (AUTO_GAMMA_MIN) stands, later drops too, and the first accepted round that gains re-arms the
+    watchdog."""
+    tol = 1e-3
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    cs.cap = 0.1 * AUTO_GAMMA_MIN  # after rejections: "auto" is held at its floor
+    assert ctl.gamma(cs, 5, 0.0, 1.0) == AUTO_GAMMA_MIN and cs.smallest
+    ctl.accept(cs, np.zeros(3), -1.0, 0.0, AUTO_GAMMA_MIN, 1.0)
+    assert not ctl.rejects(cs, -1.01, 0.0, tol) and cs.descending
+    ctl.accept(cs, np.zeros(3), -1.01, 0.0, AUTO_GAMMA_MIN, 1.0)
+    cs.cap = 1.0
+    assert ctl.gamma(cs, 6, 0.0, 1.0) > AUTO_GAMMA_MIN and not cs.smallest
+    assert not ctl.rejects(cs, -1.02, 0.0, tol)  # still descending: a larger step's drop stands too
+    ctl.accept(cs, np.zeros(3), -1.02, 0.0, 0.3, 1.0)
+    assert not ctl.rejects(cs, -1.015, 0.0, tol)
+    ctl.accept(cs, np.zeros(3), -1.015, 0.0, 0.3, 1.0)  # a gain: the watchdog is back
+    assert not cs.descending
+    assert ctl.rejects(cs, -1.02, 0.0, tol)
+
+
+def test_a_drop_after_a_step_above_the_floor_is_still_undone():
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    assert ctl.gamma(cs, 5, 0.0, 1.0) > AUTO_GAMMA_MIN and not cs.smallest
+    assert ctl.rejects(cs, -1.01, 0.0, tol=1e-3) and not cs.descending
+
+
+def test_a_schedule_at_the_smallest_cap_is_not_undone():
+    ctl = StepController(lambda k: 0.5, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    cs.cap = CAP_MIN
+    assert ctl.gamma(cs, 5, 0.0, 1.0) == 0.5 * CAP_MIN and cs.smallest
+    assert not ctl.rejects(cs, -1.01, 0.0, tol=1e-3)

@@ -73,7 +73,8 @@ class FitResult:
     history : pandas.DataFrame
         One row per round (round 0 is the initialisation): ``loglik``, ``h_norm2``
         (NaN unless tracked), ``uplink_bits``, ``downlink_bits``, ``n_active``,
-        ``step_size``, ``n_cond_exp``, ``cumulative_bits`` (see :class:`.history.History`).
+        ``step_size``, ``n_cond_exp``, ``cumulative_bits`` and the step controller's
+        columns (``docs/fedem.md``, "History columns"; :class:`.history.History`).
     ledger : BitLedger
     converged : bool
     tests_convergence : bool

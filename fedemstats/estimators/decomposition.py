@@ -100,7 +100,7 @@ random_state, verbose, verbose_interval
     n_iter_ : int
     converged_ : bool
     history_ : pandas.DataFrame
-        Per round: log-likelihood, uplink / downlink bits, active clients, ...
+        Per round, as :class:`FederatedGaussianMixture`'s ``history_``.
     ledger_ : BitLedger
     n_features_in_ : int
     """

@@ -58,9 +58,12 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         E.g. ``"dither:s=4"``, ``"blockp:p=2"``, ``"randk:k=10"``.
     participation : float, int or Participation, default=1.0
         1.0: every client every round; p in (0, 1): Bernoulli(p); int k: k clients.
-    step_size : float, "auto" or callable, default="auto"
-        "auto" is 1 (exact EM) without compression and partial participation and
-        shrinks with ω and 1/p otherwise (paper 003 Theorem 1 scaling).
+    step_size : float, "auto", "theory" or callable, default="auto"
+        γ_k. "auto" is 1 (exact EM) without compression, partial participation or
+        mini-batches, and otherwise adapts each round to the noise the server measures in
+        the clients' messages (``docs/fedem.md``, "Step size"); "theory" is paper 003's
+        Theorem 1 rule (worst case, much smaller); a float is a constant step and a callable
+        ``k -> γ_k`` a schedule (the safeguard may scale either down).
     alpha : float, optional
         Memory step; default ``1 / (1 + ω)``.
     v_init : {"mean-field", "zero"}, default="mean-field"
@@ -84,8 +87,9 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     safeguard : bool, default=True
         In noisy runs (compression, partial participation, mini-batches): a trust region in
         the model's geometry that no step can leave (weights and whitened covariances shrink
-        at most 4× per round) and a watchdog that undoes a step whose log-likelihood drop
-        exceeds its noise (``docs/fedem.md``). Logged in ``history_``.
+        at most 4× per round at the noise of ``dither:s=4``, more freely as the noise falls)
+        and a watchdog that undoes a step whose log-likelihood drop exceeds its noise
+        (``docs/fedem.md``). Logged in ``history_``.
     downlink_compressor : "auto", None, str or Compressor, default="auto"
         How the server broadcasts the iterate: ``"auto"`` quantises its steps with the
         uplink's compressor in the model's geometry (identity uplink: float64); None sends
@@ -113,8 +117,10 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     lower_bound_ : float
         Mean log-likelihood at the last round (HT estimate under partial participation).
     history_ : pandas.DataFrame
-        Per round: ``round, loglik, h_norm2, uplink_bits, downlink_bits, n_active,
-        step_size, n_cond_exp, cumulative_bits`` (VR-FedEM adds ``outer``).
+        Per round: ``round, loglik, loglik_se, gain, converged, step_size, step_fraction,
+        trust_ratio, noise_ratio, rejected, uplink_bits, downlink_bits, broadcast_bits,
+        cumulative_bits, n_active, n_cond_exp, h_norm2`` (VR-FedEM adds ``outer``; a private
+        fit ``epsilon``); ``docs/fedem.md``, "History columns".
     ledger_ : BitLedger
     n_features_in_ : int
     """
