@@ -142,3 +142,39 @@ def test_a_schedule_at_the_smallest_cap_is_not_undone():
     cs.cap = CAP_MIN
     assert ctl.gamma(cs, 5, 0.0, 1.0) == 0.5 * CAP_MIN and cs.smallest
     assert not ctl.rejects(cs, -1.01, 0.0, tol=1e-3)
+
+
+def test_the_smaller_step_after_a_rejection_falling_too_stands_the_watchdog_down():
+    """Boston (heterogeneous split, diagonal covariances): from an iterate above what the mean field
+    leads back to, every step falls; undone, the fit crept down at the largest step whose drop stayed
+    under the threshold (182 rounds, 41 undone). The smaller step after a rejection falling as well,
+    beyond the estimate's noise, is that signature."""
+    tol = 1e-3
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    assert ctl.rejects(cs, -1.01, 0.0, tol)
+    ctl.reject(cs)
+    assert not ctl.rejects(cs, -1.0, 0.0, tol)  # the iterate returned to
+    ctl.accept(cs, np.zeros(3), -1.0, 0.0, 0.15, 1.0)
+    assert not ctl.rejects(cs, -1.00005, 0.0, tol) and cs.descending  # under the threshold, but a drop
+    ctl.accept(cs, np.zeros(3), -1.00005, 0.0, 0.15, 1.0)
+    assert not ctl.rejects(cs, -1.01, 0.0, tol)  # standing down
+    ctl.accept(cs, np.zeros(3), -1.01, 0.0, 0.2, 1.0)
+    assert not ctl.rejects(cs, -1.00995, 0.0, tol) and cs.descending  # a gain within the noise: still down
+    ctl.accept(cs, np.zeros(3), -1.00995, 0.0, 0.2, 1.0)
+    assert not ctl.rejects(cs, -1.005, 0.0, tol) and not cs.descending  # a gain beyond it: back up
+    ctl.accept(cs, np.zeros(3), -1.005, 0.0, 0.2, 1.0)
+    assert ctl.rejects(cs, -1.01, 0.0, tol)
+
+
+def test_a_drop_within_the_estimates_noise_after_a_rejection_keeps_the_watchdog():
+    """Partial participation: the log-likelihood is an estimate, and a smaller step that falls by
+    less than its noise is no evidence against the accepted value."""
+    tol, var = 1e-3, 1e-6  # standard error 1e-3
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    assert ctl.rejects(cs, -1.02, var, tol)
+    ctl.reject(cs)
+    assert not ctl.rejects(cs, -1.0, var, tol)
+    ctl.accept(cs, np.zeros(3), -1.0, var, 0.15, 1.0)
+    assert not ctl.rejects(cs, -1.001, var, tol) and not cs.descending

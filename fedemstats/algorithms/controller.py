@@ -104,9 +104,10 @@ class ControllerState:
         Whether the step that led to the current iterate was the smallest the rule takes
         ("auto" held at AUTO_GAMMA_MIN, a schedule's cap at CAP_MIN).
     descending : bool
-        The watchdog stands down: a smallest step lowered the log-likelihood beyond its
-        noise, so the accepted value is no bound the mean field respects; it stands up again
-        at the first accepted round that gains (:meth:`StepController.rejects`).
+        The watchdog stands down: the mean field itself lowered the log-likelihood, so the
+        accepted value is no bound it respects (:meth:`StepController.rejects`).
+    probing : bool
+        The next step judged is the smaller one after a rejection.
     trail : list of tuple
         (ℓ̂, var ℓ̂, move) of the last CONVERGENCE_WINDOW + 1 rounds, for the convergence test.
     """
@@ -123,6 +124,7 @@ class ControllerState:
     reverted: bool = False
     smallest: bool = False
     descending: bool = False
+    probing: bool = False
 
     @property
     def noise_ratio(self) -> float:
@@ -203,23 +205,30 @@ class StepController:
     def rejects(self, cs, loglik, variance, tol) -> bool:
         """Watchdog: did the last step lower the log-likelihood beyond its noise?
 
-        Not when that step was the smallest the rule takes, nor after such a step until a
-        round gains (``descending``). From an iterate whose statistics T had to repair (a
-        variance below reg_covar, where a component is pure in a discrete column) the mean
-        field itself lowers the log-likelihood: an EM step from valid statistics cannot.
-        Undoing those steps pinned the iterate at the repaired value (diabetes in 147
-        clients of 3 rows, diagonal covariances: 0.046 nats/row above exact EM, every
-        other round undone, no convergence in 300 rounds)."""
+        The watchdog stands down (``descending``) when the mean field itself lowers the
+        log-likelihood: after a drop at the smallest step the rule takes, or when the smaller
+        step that follows a rejection falls too (beyond the estimate's noise). From valid
+        statistics an EM step cannot lower it; from statistics T had to repair (a variance
+        below reg_covar, where a component is pure in a discrete column) it does, and undoing
+        those steps pinned the iterate there (diabetes in 147 clients of 3 rows, diagonal
+        covariances: 0.046 nats/row above exact EM, every other round undone, no convergence
+        in 300 rounds). A gain beyond the noise stands it up again."""
         if not self.watchdog or cs.accepted is None or cs.reverted:
             return False
         _, ll_ok, var_ok = cs.accepted
         # the round-off of a sum of n clients' log-likelihoods is a drop no step made
-        roundoff = ROUNDOFF * abs(ll_ok)
-        drop = loglik < ll_ok - DROP_SIGMAS * np.sqrt(variance + var_ok) - DROP_TOL_FRACTION * tol - roundoff
-        if drop and (cs.smallest or cs.descending):
+        noise = DROP_SIGMAS * np.sqrt(variance + var_ok) + ROUNDOFF * abs(ll_ok)
+        margin = noise + DROP_TOL_FRACTION * tol
+        probing, cs.probing = cs.probing, False
+        if loglik > ll_ok + margin:
+            cs.descending = False
+        if loglik >= ll_ok - margin:
+            cs.descending |= probing and loglik < ll_ok - noise
+            return False
+        if cs.smallest or cs.descending:
             cs.descending = True
             return False
-        return bool(drop)
+        return True
 
     def gamma(self, cs, k, noise, total, downlink_noise=None) -> float:
         """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap.
@@ -257,6 +266,7 @@ class StepController:
         """Go back to the last accepted iterate and halve the cap; returns that Ŝ."""
         cs.cap = max(0.5 * cs.cap, CAP_MIN)
         cs.reverted = True
+        cs.probing = True
         cs.gamma_prev = min(cs.gamma_prev, cs.cap)
         cs.noise_avg = cs.total_avg = None
         # a rejected round means the run is not steady: no window may straddle it
@@ -267,8 +277,6 @@ class StepController:
     def accept(self, cs, s_hat, loglik, variance, gamma, fraction):
         """Remember an accepted iterate and the step taken from it (``gamma · fraction`` of H:
         0 when nothing moved, which the convergence test then does not count)."""
-        if cs.accepted is not None and loglik > cs.accepted[1]:
-            cs.descending = False
         cs.accepted = (s_hat.copy(), loglik, variance)
         cs.reverted = False
         cs.gamma_prev = gamma
