@@ -51,7 +51,7 @@ def test_a_component_pure_in_a_binary_column_is_not_pinned_below_reg_covar():
     components are pure in that column, so its exact variance there is reg_covar. Quantisation
     noise took one to reg_covar / 2 (the repair's ridge), 0.046 nats/row above exact EM; every
     step back was a drop the watchdog undid, every other round, and the fit had not converged
-    after 300 rounds. Now the drop after a step at the floor stands and the fit returns."""
+    after 300 rounds. Now the watchdog stands down while the mean field falls, and the fit returns."""
     from sklearn.datasets import load_diabetes
     X = load_diabetes().data
     groups = np.arange(len(X)) % 147
