@@ -109,8 +109,7 @@ def test_a_gain_above_tol_does_not_converge():
 def test_a_smallest_step_is_not_undone_and_the_watchdog_stands_down_until_a_gain():
     """From statistics T had to repair (a variance below reg_covar) the mean field itself lowers the
     log-likelihood; undoing its steps pinned the iterate there. A drop after a step at the floor
-    (AUTO_GAMMA_MIN) stands, later drops too, and the first accepted round that gains re-arms the
-    watchdog."""
+    (AUTO_GAMMA_MIN) stands, later drops too, and a gain beyond the noise re-arms the watchdog."""
     tol = 1e-3
     ctl = StepController(None, stochastic=True)
     cs = _accepted(ctl, ll=-1.0)

@@ -220,15 +220,15 @@ class StepController:
         noise = DROP_SIGMAS * np.sqrt(variance + var_ok) + ROUNDOFF * abs(ll_ok)
         margin = noise + DROP_TOL_FRACTION * tol
         probing, cs.probing = cs.probing, False
-        if loglik > ll_ok + margin:
+        if loglik > ll_ok + margin:  # a gain beyond the noise: the watchdog stands up
             cs.descending = False
-        if loglik >= ll_ok - margin:
-            cs.descending |= probing and loglik < ll_ok - noise
-            return False
-        if cs.smallest or cs.descending:
+        elif loglik < ll_ok - margin:  # a drop it undoes, unless no smaller step is left or it stands down
+            if not (cs.smallest or cs.descending):
+                return True
             cs.descending = True
-            return False
-        return True
+        elif probing and loglik < ll_ok - noise:  # the smaller step after a rejection fell too
+            cs.descending = True
+        return False
 
     def gamma(self, cs, k, noise, total, downlink_noise=None) -> float:
         """γ_{k+1}: the schedule's, or the adaptive rule's; both under the cap.
