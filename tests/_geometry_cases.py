@@ -152,3 +152,10 @@ def shrink_step(name, model, s_hat):
         return model.layout.pack({"sum_x": np.zeros_like(p["sum_x"]),
                                   "sum_xx": p["sum_xx"] - np.outer(p["sum_x"], p["sum_x"])})
     return s_hat
+
+
+def assert_edge(t, t_star, width, reg_shift=0.0):
+    """``t`` is inside the trust region (never beyond its edge ``t_star``, where a margin linear in
+    t reaches its floor) and within the search's bracket ``width`` below it. A whitened variance
+    carries reg_covar, which moves its edge out by the relative ``reg_shift`` (about reg / λ)."""
+    assert t_star - width <= t <= t_star * (1.0 + reg_shift + 1e-12), (t, t_star, width)

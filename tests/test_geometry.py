@@ -12,13 +12,14 @@ import math
 
 import numpy as np
 import pytest
-from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, plain_model, raw_min_eigenvalue, make_case,
-                             shrink_step, symmetric_rows)
+from _geometry_cases import (CASES, PACKABLE, assert_edge, canonical, expected_parts, plain_model, raw_min_eigenvalue,
+                             make_case, shrink_step, symmetric_rows)
 
 from fedemstats.compression import RandomDithering
 from fedemstats.federation import Federation
 from fedemstats.models import GaussianMixtureModel, GMMParams, Model
-from fedemstats.models._geometry import MAX_HALVINGS, TRUST_RATIO, IdentityGeometry, split_blocks
+from fedemstats.models._geometry import (MAX_HALVINGS, REFINE_BISECTIONS, TRUST_RATIO, IdentityGeometry, refinements,
+                                          split_blocks)
 from fedemstats.models.gaussian_missing import GaussianParams
 
 N_SE = 4.0       # Monte Carlo tolerance in standard errors
@@ -384,3 +385,23 @@ def test_compressed_mixture_on_columns_of_very_different_scales_reaches_exact_em
     fed = FederatedGaussianMixture(3, compressor="dither:s=4", **kw).fit(X)
     assert fed.converged_
     assert fed.score(X) >= exact.score(X) - 1e-3
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_search_reaches_the_edge_as_the_ratio_shrinks(name):
+    """Below TRUST_RATIO the largest halving inside is bisected toward the region's edge,
+    ceil(log2(TRUST_RATIO / r)) times: the slack shrinks with the ratio, so a noiseless step is
+    cut only where it must be. step = -2 x shrink: the margin 1 - 2t meets r at t = (1 - r) / 2;
+    the halvings give 1/4 at any r (the search of the last release: 1/2 of the edge at r -> 0)."""
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    step = -2.0 * shrink_step(name, model, s_hat)
+    assert G.step_fraction(s_hat, step) == G.step_fraction(s_hat, step, TRUST_RATIO) == 0.25
+    for r in (TRUST_RATIO / 8, 1e-3, TRUST_RATIO * 2.0 ** -REFINE_BISECTIONS, 0.0):
+        n = refinements(r)
+        assert n == (REFINE_BISECTIONS if r <= TRUST_RATIO * 2.0 ** -REFINE_BISECTIONS
+                     else math.ceil(math.log2(TRUST_RATIO / r)))
+        t = G.step_fraction(s_hat, step, r)
+        assert_edge(t, (1.0 - r) / 2.0, width=0.25 * 2.0 ** -n)
+        assert np.all(G._margins((s_hat + t * step)[None])[0] >= r)
+    assert refinements(TRUST_RATIO) == refinements(1.0) == refinements(np.nan) == 0
