@@ -1,4 +1,5 @@
-"""Models, data and a packed layout shared by the geometry tests (tests/test_geometry.py).
+"""Models, data and a packed layout shared by the geometry tests (tests/test_geometry.py,
+tests/test_trust_region.py).
 
 ``make_case(name)`` gives a model of each family, a small federation (nearly collinear
 columns; NaN for the missing-value models), θ = T(Ŝ) and Ŝ the mean statistics after a
