@@ -155,8 +155,7 @@ def shrink_step(name, model, s_hat):
     return s_hat
 
 
-def assert_edge(t, t_star, width, reg_shift=0.0):
+def assert_edge(t, t_star, width):
     """``t`` is inside the trust region (never beyond its edge ``t_star``, where a margin linear in
-    t reaches its floor) and within the search's bracket ``width`` below it. A whitened variance
-    carries reg_covar, which moves its edge out by the relative ``reg_shift`` (about reg / λ)."""
-    assert t_star - width <= t <= t_star * (1.0 + reg_shift + 1e-12), (t, t_star, width)
+    t reaches its floor; cases built with ``reg=0``) and within the search's bracket ``width`` below it."""
+    assert t_star - width <= t <= t_star * (1.0 + 1e-12), (t, t_star, width)

@@ -83,7 +83,6 @@ def test_trust_region_rejects_an_indefinite_covariance_and_accepts_a_valid_one()
     assert model.layout.unpack(accepted)["resp"].min() >= TRUST_RATIO * p["resp"].min()
 
 
-
 @pytest.mark.parametrize("name", CASES)
 def test_the_search_reaches_the_edge_as_the_ratio_shrinks(name):
     """Below TRUST_RATIO the largest halving inside is bisected toward the region's edge,
@@ -102,3 +101,22 @@ def test_the_search_reaches_the_edge_as_the_ratio_shrinks(name):
         assert_edge(t, (1.0 - r) / 2.0, width=0.25 * 2.0 ** -n)
         assert np.all(G._margins((s_hat + t * step)[None])[0] >= r)
     assert refinements(TRUST_RATIO) == refinements(1.0) == refinements(np.nan) == 0
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_contains_is_a_whole_step_inside(name):
+    """``contains`` (the broadcast's redraw check and "is Ŝ inside") says exactly whether
+    ``step_fraction`` would return 1, at the default ratio and below it, without the search."""
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    shrink, rng = shrink_step(name, model, s_hat), np.random.default_rng(0)
+    steps = [c * shrink for c in (0.0, -0.5, -0.74, -0.76, -0.9, -2.0)]
+    steps += [G.inverse(c * rng.standard_normal((1, model.q)))[0] for c in (1e-3, 0.3, 3.0)]
+    steps.append(np.full(model.q, np.nan))
+    seen = set()
+    for step in steps:
+        for r in (TRUST_RATIO, 1e-3):
+            whole = G.step_fraction(s_hat, step, r) == 1.0
+            assert G.contains(s_hat, step, r) is whole
+            seen.add(whole)
+    assert seen == {True, False}

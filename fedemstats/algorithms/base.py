@@ -228,9 +228,9 @@ class Algorithm(RoundZero):
         fixed point is untouched), and moves from there along H + Ŝ − E_θ[s], the mean field
         at the snapped point.
         """
-        if geometry.step_fraction(s_hat, np.zeros_like(h), ratio) > 0.0:
+        if geometry.contains(s_hat, np.zeros_like(h), ratio):
             fraction = geometry.step_fraction(s_hat, gamma * h, ratio)
-            return fraction * gamma * h, fraction, lambda u: geometry.step_fraction(s_hat, u, ratio) == 1.0
+            return fraction * gamma * h, fraction, lambda u: geometry.contains(s_hat, u, ratio)
         try:
             snap = self.model.expected_stats(self.model.t_map(s_hat))
         except NotImplementedError:
@@ -242,7 +242,7 @@ class Algorithm(RoundZero):
         offset = snap - s_hat
 
         def inside(u):
-            return region.step_fraction(snap, u - offset, ratio) == 1.0
+            return region.contains(snap, u - offset, ratio)
 
         return offset + fraction * gamma * h_snap, fraction, inside
 

@@ -209,6 +209,17 @@ class Geometry:
         """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
         return np.all(self._margins(points) >= floor, axis=1)
 
+    def _floor(self, s_hat, ratio) -> np.ndarray:
+        """The region's bound on each margin: ``ratio`` times its value at ``s_hat``, capped at 1; (m,)."""
+        return ratio * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
+
+    def contains(self, s_hat, step, ratio=TRUST_RATIO) -> bool:
+        """Whether the whole step ``s_hat + step`` is inside the trust region (finite included):
+        ``step_fraction(s_hat, step, ratio) == 1.0`` without the search below 1."""
+        s_hat = np.asarray(s_hat, dtype=np.float64)
+        point = s_hat + np.asarray(step, dtype=np.float64)
+        return bool(np.all(np.isfinite(point)) and self._inside(point[None], self._floor(s_hat, ratio))[0])
+
     def step_fraction(self, s_hat, step, ratio=TRUST_RATIO) -> float:
         """Largest t in {1, 1/2, ..., 2**-MAX_HALVINGS} with ``s_hat + t step`` inside the trust
         region, moved toward the region's edge when ``ratio`` is below TRUST_RATIO.
@@ -248,7 +259,7 @@ class Geometry:
         finite = np.all(np.isfinite(points), axis=1)
         if not finite.any():
             return 0.0
-        floor = ratio * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
+        floor = self._floor(s_hat, ratio)
         ok = np.zeros(t.size, dtype=bool)
         ok[finite] = self._inside(points[finite], floor)
         if not ok.any():
@@ -306,3 +317,7 @@ class IdentityGeometry(Geometry):
     def step_fraction(self, s_hat, step, ratio=TRUST_RATIO) -> float:
         """Always 1.0: the identity map has no model geometry to protect."""
         return 1.0
+
+    def contains(self, s_hat, step, ratio=TRUST_RATIO) -> bool:
+        """Always True, as :meth:`step_fraction`."""
+        return True
