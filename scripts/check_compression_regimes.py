@@ -17,7 +17,7 @@ Claims, qualitative as in the paper:
 from __future__ import annotations
 
 import _common  # noqa: F401  (sets thread variables before numpy)
-from _common import PAPER, gmm_problem, run_main, save_figure, write_table
+from _common import PAPER, PAPER_FEDEM, gmm_problem, run_main, save_figure, write_table
 
 import numpy as np
 import pandas as pd
@@ -43,7 +43,7 @@ def _largest_stable(model, fed, theta0, compressor, seed):
     """Largest γ of :data:`STEPS` whose run reaches ε in budget (NaN if none)."""
     omega = None
     for gamma in STEPS:
-        algo = FedEM(model, compressor=compressor, step_size=gamma, track_h=True, **PAPER)
+        algo = FedEM(model, compressor=compressor, step_size=gamma, track_h=True, **PAPER_FEDEM)
         omega = algo.omega()
         budget = int(np.ceil(BUDGET_SCALE * (1.0 + omega) / gamma))
         try:

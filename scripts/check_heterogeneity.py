@@ -10,7 +10,7 @@ cumulative bits each method needed to reach ε.
 from __future__ import annotations
 
 import _common  # noqa: F401  (sets thread variables before numpy)
-from _common import PAPER, gmm_problem, run_main, save_figure, write_table
+from _common import PAPER, PAPER_FEDEM, gmm_problem, run_main, save_figure, write_table
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ def run(quick=False, seed=0, out=None):
     model, fed, theta0 = gmm_problem(size["n_clients"], size["rows_per_client"], DIRICHLET, seed)
     methods = {
         "EM (identity, γ=1)": FedEM(model, step_size=1.0, alpha=1.0, v_init="zero", track_h=True),
-        f"FedEM {COMPRESSOR}": FedEM(model, compressor=COMPRESSOR, step_size=STEP, track_h=True, **PAPER),
+        f"FedEM {COMPRESSOR}": FedEM(model, compressor=COMPRESSOR, step_size=STEP, track_h=True, **PAPER_FEDEM),
         f"naive {COMPRESSOR}": naive_compressed_em(model, COMPRESSOR, step_size=STEP, track_h=True,
                                                       precondition=False),
     }

@@ -11,7 +11,7 @@ median over seeds.
 from __future__ import annotations
 
 import _common  # noqa: F401  (sets thread variables before numpy)
-from _common import PAPER, gmm_problem, run_main, save_figure, write_table
+from _common import PAPER, PAPER_FEDEM, gmm_problem, run_main, save_figure, write_table
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ def _best_rounds(model, fed, theta0, p, steps, seeds):
     best = (np.nan, np.inf)
     for gamma in steps:
         algo = FedEM(model, compressor=COMPRESSOR, participation=p, step_size=gamma, track_h=True,
-                     **PAPER)
+                     **PAPER_FEDEM)
         budget = int(np.ceil(ROUND_BUDGET / (gamma * p)))
         runs = [rounds_to_reach(algo, fed, theta0, EPS, budget, seed) for seed in seeds]
         # a seed that never reaches ε counts as infinitely slow

@@ -10,7 +10,7 @@ To be fair to FedEM we report its *best* step over a grid.
 from __future__ import annotations
 
 import _common  # noqa: F401  (sets thread variables before numpy)
-from _common import PAPER, gmm_problem, run_main, save_figure, write_table
+from _common import PAPER, PAPER_FEDEM, gmm_problem, run_main, save_figure, write_table
 
 import pandas as pd
 
@@ -45,7 +45,7 @@ def run(quick=False, seed=0, out=None):
     fedem_rounds = int(size["epochs"] * fed.n_rows / (batch * fed.n_clients)) + 1
     for gamma in FEDEM_STEPS:
         algo = stochastic_fedem(model, batch, compressor=COMPRESSOR, step_size=gamma, track_h=True,
-                                **PAPER)
+                                **PAPER_FEDEM)
         tables[f"FedEM γ={gamma}"] = _until(convergence_table(
             algo.run(fed, theta0, fedem_rounds, seed).history, fed.n_rows), size["epochs"])
     rows = [{"method": name, "k_in": k_in, "batch_b": batch, "epochs": tab["epochs"].iloc[-1],

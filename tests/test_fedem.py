@@ -106,7 +106,7 @@ def test_ledger_and_history_count_exact_bits():
     fed = heterogeneous_federation(n_clients=10)
     model = GaussianMeanModel(3)
     res = FedEM(model, compressor=RandomSign(), participation=FixedSizeParticipation(4),
-                step_size=0.2, v_init="zero", downlink_compressor=None).run(fed, np.zeros(3), 5, 0)
+                step_size=0.2, v_init="zero", downlink_compressor=None, fine_start=False).run(fed, np.zeros(3), 5, 0)
     h = res.history
     assert list(h["n_active"]) == [10, 4, 4, 4, 4, 4]
     # per active client: 7 bits per coordinate + one float64 log-likelihood up, Ŝ (q floats) down

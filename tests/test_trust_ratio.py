@@ -11,6 +11,7 @@ from sklearn.datasets import load_diabetes
 from sklearn.preprocessing import StandardScaler
 
 from fedemstats.algorithms.broadcast import Broadcast
+from fedemstats.algorithms.fine_start import FINE_START_ROUNDS
 from fedemstats.algorithms.controller import TRUST_SIGMAS, ControllerState, StepController
 from fedemstats.compression import make_compressor
 from fedemstats.estimators import FederatedGaussianMixture
@@ -43,13 +44,13 @@ def test_ratio_vanishes_with_the_noise_and_ignores_negative_estimates():
 def test_broadcast_noise_level_is_the_bound_until_measured_then_the_measure():
     q = 40
     coords = IdentityGeometry(StatLayout([("a", (10,)), ("b", (q - 10,))]))
-    assert Broadcast(None, q).noise_level(None, coords) == 0.0  # lossless float64 downlink
+    assert Broadcast(None, q).noise_level(None, coords, 0) == 0.0  # lossless float64 downlink
     bc = Broadcast("dither:s=4", q)
     bs = bc.start(3, True)
-    assert bc.noise_level(bs, coords) == make_compressor("dither:s=4").omega(q, coords.blocks)
+    assert bc.noise_level(bs, coords, 0) == make_compressor("dither:s=4").omega(q, coords.blocks)
     step = np.random.default_rng(0).normal(size=q)
     bc.send(bs, step, coords, None, 12345, 1)
-    assert bs.noise_ratio is not None and bc.noise_level(bs, coords) == bs.noise_ratio
+    assert bs.noise_ratio is not None and bc.noise_level(bs, coords, 0) == bs.noise_ratio
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +64,12 @@ def _history(X, **kw):
 
 @pytest.mark.filterwarnings("ignore:.*did not converge")
 def test_default_compression_keeps_the_full_region(diabetes):
-    """At dither:s=4 the step's noise is far above (TRUST_RATIO / TRUST_SIGMAS)²: the region is as before."""
+    """At dither:s=4 the step's noise is far above (TRUST_RATIO / TRUST_SIGMAS)²: the region is as
+    before, once the fine start's 64-level rounds are over (their region is smaller)."""
     h = _history(diabetes, compressor="dither:s=4").iloc[1:]
-    moved = ~h["rejected"].to_numpy(bool)
-    np.testing.assert_array_equal(h["trust_ratio"].to_numpy()[moved], TRUST_RATIO)
+    moved, fine = ~h["rejected"].to_numpy(bool), h["round"].to_numpy() <= FINE_START_ROUNDS
+    np.testing.assert_array_equal(h["trust_ratio"].to_numpy()[moved & ~fine], TRUST_RATIO)
+    assert np.all(h["trust_ratio"].to_numpy()[moved & fine] < TRUST_RATIO)
 
 
 @pytest.mark.filterwarnings("ignore:.*did not converge")

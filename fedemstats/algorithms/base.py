@@ -23,6 +23,7 @@ from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast
 from .controller import StepController
+from .fine_start import fine_rounds, fine_start_compressor
 from .server import check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
@@ -70,6 +71,8 @@ class Algorithm(RoundZero):
 
     #: rows per client per round; None = exact local means (FedEM and VR-FedEM set it)
     batch_size = None
+    #: whether a coarse compressor's first rounds run at the fine start's precision (:mod:`.fine_start`)
+    fine_start = False
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto", alpha=None,
                  track_h=False, precondition=True, safeguard=True, downlink_compressor="auto"):
@@ -83,7 +86,10 @@ class Algorithm(RoundZero):
         self.precondition = bool(precondition)
         self.safeguard = bool(safeguard)
         self.downlink_compressor = downlink_compressor
-        self.broadcast = Broadcast(Broadcast.spec(downlink_compressor, self.compressor), model.q)
+        downlink = Broadcast.spec(downlink_compressor, self.compressor)
+        blocks = model.layout.offsets
+        self.fine_rounds = fine_rounds(self.compressor, model.q, blocks, self.fine_start)
+        self.broadcast = Broadcast(downlink, model.q, fine_rounds(downlink, model.q, blocks, self.fine_start))
 
     def get_params(self) -> dict:
         """The constructor arguments as stored (compressor and participation as objects)."""
@@ -91,6 +97,11 @@ class Algorithm(RoundZero):
         return {name: getattr(self, name) for name in names}
 
     # ------------------------------------------------------------------ derived settings
+    def uplink_compressor(self, round_):
+        """The compressor of round ``round_``'s uploads: the fine start's in the first
+        :attr:`fine_rounds` rounds (:mod:`.fine_start`), then :attr:`compressor`."""
+        return fine_start_compressor() if round_ < self.fine_rounds else self.compressor
+
     def omega(self, geometry=None) -> float:
         """The compressor's ω on the blocks it quantises (the geometry's, else the layout's)."""
         blocks = self.model.layout.offsets if geometry is None else geometry.blocks
@@ -186,6 +197,12 @@ class Algorithm(RoundZero):
         """
         ctl, cs, k = self.controller(weights.shape[0], state.budget), state.control, state.round
         geometry, coords = geometries
+        # the running noise estimates measured the fine start's quantiser, not the one that now
+        # takes over: steps taken with them were too long (fine_start's measurements)
+        if k > 0 and k == self.fine_rounds:
+            cs.noise_avg = cs.total_avg = None
+        if k > 0 and k == self.broadcast.fine_rounds:
+            state.downlink.noise_ratio = None
         w = weights[active]
         h, state.v = direction(state.v, sums, alpha)
         if project is not None:
@@ -203,7 +220,7 @@ class Algorithm(RoundZero):
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
             if ctl.safeguard:
-                ratio = ctl.trust_ratio(cs, self.broadcast.noise_level(state.downlink, coords))
+                ratio = ctl.trust_ratio(cs, self.broadcast.noise_level(state.downlink, coords, k))
                 step, fraction, inside = self._safe_step(geometry, state.s_hat, h, gamma, ratio)
             else:
                 ratio, step, fraction, inside = np.nan, gamma * h, 1.0, None

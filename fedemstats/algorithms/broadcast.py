@@ -24,6 +24,7 @@ import numpy as np
 from ..compression import Identity, make_compressor
 from ..ledger import FLOAT64_BITS
 from .controller import running_average
+from .fine_start import fine_start_compressor
 from .streams import round_streams
 
 __all__ = ["Broadcast", "BroadcastState", "replay", "SERVER_STREAM", "REVERT_BITS", "REQUANTISE_TRIES",
@@ -81,13 +82,21 @@ class Broadcast:
         per round, as the paper; anything else quantises the step.
     q : int
         Length of the statistic vector.
+    fine_rounds : int, default=0
+        Rounds 0 ... fine_rounds − 1 send their steps with the fine start's compressor
+        (:mod:`.fine_start`).
     """
 
-    def __init__(self, compressor, q):
+    def __init__(self, compressor, q, fine_rounds=0):
         self.compressor = make_compressor(compressor)
         self.lossless = isinstance(self.compressor, Identity) and self.compressor.dtype == "float64"
         self.q = int(q)
         self.full_bits = self.q * FLOAT64_BITS
+        self.fine_rounds = int(fine_rounds)
+
+    def compressor_at(self, round_):
+        """The compressor of the step sent in round ``round_`` (update ``round_ + 1``)."""
+        return fine_start_compressor() if round_ < self.fine_rounds else self.compressor
 
     def start(self, n_clients, everyone_has_s0) -> BroadcastState:
         """After round 0: every client holds Ŝ_0 when the mean-field pass broadcast it."""
@@ -127,30 +136,30 @@ class Broadcast:
             bs.last = ("float", step)
             return step, self.full_bits, 1.0
         streams = round_streams(entropy, round_, [SERVER_STREAM])
-        scale = 1.0
+        compressor, scale = self.compressor_at(round_), 1.0
         for _ in range(REQUANTISE_TRIES):
-            message = self.compressor.compress(coords.forward(scale * step[None, :]), streams, coords.blocks)
-            u = coords.inverse(self.compressor.decompress(message))[0]
+            message = compressor.compress(coords.forward(scale * step[None, :]), streams, coords.blocks)
+            u = coords.inverse(compressor.decompress(message))[0]
             if inside is None or inside(u):
                 break
             scale *= 0.5
         else:
             u, message, scale = np.zeros_like(step), None, 0.0
-        bits = self.compressor.bits(message) if message is not None else REVERT_BITS
-        self._measure(bs, message)
+        bits = compressor.bits(message) if message is not None else REVERT_BITS
+        self._measure(bs, compressor, message)
         bs.update_bits.append(int(bits))
         bs.last = ("message", message) if message is not None else ("zero", None)
         return u, int(bits), scale
 
-    def noise_level(self, bs, coords) -> float:
-        """The relative noise ‖u − step‖² / ‖step‖² the next update will carry: the measured
-        running ratio, or before any measurement the compressor's bound ω in ``coords``'
-        blocks (0.0 for the lossless float64 downlink)."""
+    def noise_level(self, bs, coords, round_) -> float:
+        """The relative noise ‖u − step‖² / ‖step‖² round ``round_``'s update will carry: the
+        measured running ratio, or before any measurement the bound ω in ``coords``' blocks
+        of the round's compressor (0.0 for the lossless float64 downlink)."""
         if self.lossless:
             return 0.0
         if bs.noise_ratio is not None:
             return bs.noise_ratio
-        return float(self.compressor.omega(self.q, coords.blocks))
+        return float(self.compressor_at(round_).omega(self.q, coords.blocks))
 
     def revert(self, bs) -> int:
         """A rejected step: the clients go back to the accepted iterate (a flag)."""
@@ -159,10 +168,10 @@ class Broadcast:
         bs.last = ("revert", None)
         return REVERT_BITS
 
-    def _measure(self, bs, message):
+    def _measure(self, bs, compressor, message):
         if message is None:
             return
-        signal, noise = self.compressor.noise_estimate(message)
+        signal, noise = compressor.noise_estimate(message)
         ratio = float(noise.sum() / signal.sum()) if signal.sum() > 0 else 0.0
         bs.noise_ratio = running_average(bs.noise_ratio, ratio)
 
@@ -177,7 +186,7 @@ class Broadcast:
         return make_compressor(downlink)
 
 
-def replay(algorithm, s_hat, prev, updates):
+def replay(algorithm, s_hat, prev, updates, first):
     """A client brings its copy of the iterate up to date with the updates it missed.
 
     Parameters
@@ -192,12 +201,15 @@ def replay(algorithm, s_hat, prev, updates):
     updates : list of (kind, payload)
         In order; ``kind`` in :data:`UPDATE_KINDS`, ``payload`` a Message or its encoded
         ``bytes`` ("message"), an array ("float") or None.
+    first : int
+        The number j of the first update (it turns Ŝ_{j−1} into Ŝ_j and was sent in round
+        j − 1, whose compressor decodes it: :meth:`Broadcast.compressor_at`).
 
     Returns
     -------
     s_hat, prev : ndarray of shape (q,)
     """
-    for kind, payload in updates:
+    for j, (kind, payload) in enumerate(updates, start=first):
         if kind == "revert":
             if prev is None:
                 raise ValueError("a revert needs the previous iterate, which this client does not hold.")
@@ -206,7 +218,7 @@ def replay(algorithm, s_hat, prev, updates):
         prev = s_hat
         if kind == "message":
             coords = algorithm.client_geometry(algorithm.model.t_map(s_hat), s_hat)
-            compressor = algorithm.broadcast.compressor
+            compressor = algorithm.broadcast.compressor_at(j - 1)
             if isinstance(payload, bytes):  # as a framework carries it: Compressor.encode's row
                 payload = compressor.decode([payload], algorithm.model.q, coords.blocks)
             s_hat = s_hat + coords.inverse(compressor.decompress(payload))[0]

@@ -43,6 +43,10 @@ class FedEM(Algorithm):
         log-likelihood watchdog (:mod:`.controller`).
     downlink_compressor : "auto", None, str or Compressor, default="auto"
         The server's broadcast of its steps (:mod:`.broadcast`).
+    fine_start : bool, default=True
+        Run the first rounds of a compressor coarser than 64 dithering levels at 64 levels,
+        up and down (:mod:`.fine_start`: on likelihoods with several optima the first
+        steps decide which one a run ends at); False keeps the compressors throughout.
 
     Notes
     -----
@@ -52,7 +56,8 @@ class FedEM(Algorithm):
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
                  alpha=None, v_init="mean-field", batch_size=None, track_h=False, precondition=True,
-                 safeguard=True, downlink_compressor="auto"):
+                 safeguard=True, downlink_compressor="auto", fine_start=True):
+        self.fine_start = bool(fine_start)  # read by Algorithm.__init__
         super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard,
                          downlink_compressor)
         if v_init not in V_INIT_CHOICES:
@@ -97,6 +102,7 @@ class FedEM(Algorithm):
             Bits sent up.
         """
         q, k = self.model.q, state.round
+        compressor = self.uplink_compressor(k)
         sums = (np.zeros(q), np.zeros(q))
         loglik, signal, noise, uplink = [np.empty(0)], [np.empty(0)], [np.empty(0)], 0
         step = max(1, CHUNK_ENTRIES // q)
@@ -107,13 +113,13 @@ class FedEM(Algorithm):
             rows = slice(chunk[0], chunk[-1] + 1) if bool(np.all(np.diff(chunk) == 1)) else chunk
             stats, ll = self.model.client_stats(federation, theta, chunk, self.batch_size, rng)
             message, q_rows, state.v_clients[rows], (sig, noi) = client_update(
-                stats, state.s_hat, state.v_clients[rows], self.compressor, alpha,
+                stats, state.s_hat, state.v_clients[rows], compressor, alpha,
                 round_streams(state.entropy, k, chunk), coords)
             del stats  # the chunk's largest temporaries go before the next chunk's
             part = weighted_sums(q_rows, w, pi[start:start + step])
             sums = (sums[0] + part[0], sums[1] + part[1])
             loglik.append(ll), signal.append(sig), noise.append(noi)
-            uplink += self.compressor.bits(message) + chunk.size * FLOAT64_BITS
+            uplink += compressor.bits(message) + chunk.size * FLOAT64_BITS
         return sums, np.concatenate(loglik), (np.concatenate(signal), np.concatenate(noise)), uplink
 
     def _n_rows_used(self, federation, active) -> int:

@@ -74,7 +74,7 @@ def online_em(model, batch_size, *, gamma0=1.0, power=DEFAULT_ONLINE_POWER, part
 
 def stochastic_fedem(model, batch_size, *, compressor="identity", participation=1.0, step_size="auto",
                      alpha=None, track_h=False, precondition=True, safeguard=True,
-                     downlink_compressor="auto") -> FedEM:
+                     downlink_compressor="auto", fine_start=True) -> FedEM:
     """FedEM whose clients use mini-batches of ``batch_size`` rows (σ² > 0, Theorem 1).
 
     Returns
@@ -84,7 +84,7 @@ def stochastic_fedem(model, batch_size, *, compressor="identity", participation=
     return FedEM(model, compressor=compressor, participation=participation, step_size=step_size,
                  alpha=alpha, v_init="mean-field", batch_size=check_int(batch_size, "batch_size"),
                  track_h=track_h, precondition=precondition, safeguard=safeguard,
-                 downlink_compressor=downlink_compressor)
+                 downlink_compressor=downlink_compressor, fine_start=fine_start)
 
 
 def naive_compressed_em(model, compressor, *, participation=1.0, step_size="auto", batch_size=None,

@@ -78,8 +78,9 @@ class PrivateFedEM(FedEM):
         if make_compressor(compressor).omega(model.q) != 0.0:
             raise ValueError("compressor: a private fit needs a lossless uplink ('identity'); quantise the "
                              "downlink instead (downlink_compressor), which is post-processing.")
+        # no fine start: the privacy noise, not quantisation, dominates the first steps
         super().__init__(model, compressor, participation, step_size, alpha=0.0, v_init="zero",
-                         safeguard=safeguard, downlink_compressor=downlink_compressor)
+                         safeguard=safeguard, downlink_compressor=downlink_compressor, fine_start=False)
         self.privacy = check_privacy(privacy)
         if isinstance(self.participation, BernoulliParticipation) and np.ndim(self.participation.p) > 0:
             raise ValueError("participation: a private fit needs one participation probability for every "

@@ -174,13 +174,14 @@ class _Node:
         theta = model.t_map(node.s_hat)
         stats, loglik = model.client_stats(fed, theta)
         streams = round_streams(int(config["entropy"]), int(config["round"]), [int(config["client"])])
-        compressed, q_rows, _, _ = client_update(stats, node.s_hat, node.v[None, :], algo.compressor,
+        compressor = algo.uplink_compressor(int(config["round"]))
+        compressed, q_rows, _, _ = client_update(stats, node.s_hat, node.v[None, :], compressor,
                                               float(config["alpha"]), streams, algo.client_geometry(theta, node.s_hat))
         node.pending, node.pending_round = float(config["alpha"]) * q_rows[0], int(config["round"])
         save_state(context, node)
         return _reply(message, metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows,
                                         "loglik": float(loglik[0])},
-                      **{P.PAYLOAD: compressed_to_record(algo.compressor, compressed)})
+                      **{P.PAYLOAD: compressed_to_record(compressor, compressed)})
 
     @staticmethod
     def _updated_state(content, context, algo) -> NodeState:
@@ -208,7 +209,7 @@ class _Node:
             raise ValueError(f"{P.STATE_ERROR}: the node holds round {held}, the server assumed {base}.")
         updates = updates_from_records(content[P.UPDATES], content[P.UPDATES_META], base + 1)
         # skip what the node applied already (its reply to a later round was lost)
-        node.s_hat, node.prev = replay(algo, node.s_hat, node.prev, updates[node.round - base:])
+        node.s_hat, node.prev = replay(algo, node.s_hat, node.prev, updates[node.round - base:], node.round + 1)
         node.round = k
         return node
 

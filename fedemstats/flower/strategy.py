@@ -228,6 +228,7 @@ class FedEMStrategy(Strategy):
         """client -> (message, loglik, reply bytes, payload bytes) of the valid replies of this round, and
         client -> reason of the replies refused (:mod:`.validation`; logged)."""
         client_of_node, got, refused = self._pending["client_of_node"], {}, {}
+        compressor = self.algorithm.uplink_compressor(self.state.round)
         for reply in replies:
             node = int(reply.metadata.src_node_id)
             if reply.has_error() or node not in client_of_node:
@@ -239,14 +240,14 @@ class FedEMStrategy(Strategy):
             client = client_of_node[node]
             pid = self.partitions[client]
             try:
-                message, loglik = check_round_reply(reply.content, self.algorithm.compressor, self.model.q,
+                message, loglik = check_round_reply(reply.content, compressor, self.model.q,
                                                     coords.blocks, pid, self.registry.rows_of.get(pid))
             except InvalidReply as exc:
                 refused[client] = str(exc)
                 continue
             got[client] = (message, loglik, wire_bytes(reply), payload_size(reply.content[P.PAYLOAD]))
         if self.settings.contribution_bound:  # off (0) by default: no norm to decode then
-            norms = {c: float(np.linalg.norm(self.algorithm.compressor.decompress(m))) for c, (m, *_) in got.items()}
+            norms = {c: float(np.linalg.norm(compressor.decompress(m))) for c, (m, *_) in got.items()}
             for client, reason in over_bound(norms, self.settings.contribution_bound).items():
                 refused[client] = reason
                 del got[client]
@@ -272,7 +273,7 @@ class FedEMStrategy(Strategy):
         pi_of = dict(zip((int(a) for a in pend["active"]), pend["pi"]))
         pi = np.array([pi_of[int(i)] for i in idx], dtype=np.float64)
         messages = [got[int(i)][0] for i in idx]
-        q_rows, noise, bits = decode_messages(algo.compressor, messages, geometries[1], self.model.q)
+        q_rows, noise, bits = decode_messages(algo.uplink_compressor(st.round), messages, geometries[1], self.model.q)
         loglik = np.array([got[int(i)][1] for i in idx], dtype=np.float64)
         # the mirror applies the same q_i the node will commit: V_{k+1,i} = V_{k,i} + α q_i
         st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, self.alpha)
@@ -285,7 +286,7 @@ class FedEMStrategy(Strategy):
         step = algo.server_step(st, self.weights, idx, pi, weighted_sums(q_rows, self.weights[idx], pi), loglik, noise,
                                 geometries, self.alpha)
         # encoded once here, not once per instruction that carries it
-        self.updates.append(encode_update(st.downlink.last, algo.broadcast.compressor))
+        self.updates.append(encode_update(st.downlink.last, algo.broadcast.compressor_at(st.round - 1)))
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
         row = self._log_round(
             round=st.round, n_sampled=int(pend["active"].size), n_active=int(idx.size),

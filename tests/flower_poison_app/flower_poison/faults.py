@@ -71,7 +71,8 @@ def _node_codec(message, context):
     model = _problem_from(content, None).build_model(public["shift"].size, public["shift"], public["column_scale"])
     algo = _algorithm(model, config)
     node = load_state(context, int(config["entropy"]))
-    return algo.compressor, model.q, algo.client_geometry(model.t_map(node.s_hat), node.s_hat).blocks
+    return (algo.uplink_compressor(int(config["round"])), model.q,
+            algo.client_geometry(model.t_map(node.s_hat), node.s_hat).blocks)
 
 
 def parse_faults(text: str) -> dict:
