@@ -24,8 +24,8 @@ import pandas as pd  # noqa: E402
 from fedemstats.federation import Federation, partition_dirichlet  # noqa: E402
 from fedemstats.models import GaussianMixtureModel, make_params  # noqa: E402
 
-__all__ = ["PAPER", "PAPER_FEDEM", "parse_args", "write_table", "markdown_table", "save_figure", "run_main", "gmm_problem",
-           "GMM_MEANS"]
+__all__ = ["PAPER", "PAPER_FEDEM", "parse_args", "write_table", "markdown_table", "save_figure", "run_main",
+           "gmm_problem", "GMM_MEANS"]
 
 logger = logging.getLogger("fedemstats.scripts")
 

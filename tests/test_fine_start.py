@@ -14,6 +14,7 @@ from sklearn.preprocessing import StandardScaler
 
 from fedemstats.algorithms import FedEM, VRFedEM
 from fedemstats.algorithms.broadcast import replay
+from fedemstats.algorithms.controller import StepController
 from fedemstats.algorithms.fine_start import FINE_START_LEVELS, FINE_START_ROUNDS, fine_start_compressor
 from fedemstats.algorithms.private import PrivateFedEM
 from fedemstats.datasets import load_portal_rodents
@@ -102,6 +103,25 @@ def test_noise_estimates_restart_when_the_coarse_quantiser_takes_over(diabetes):
     assert running == last
     running, last = ratios(2)
     assert running != last
+
+
+def test_the_step_rules_noise_average_restarts_when_the_coarse_quantiser_takes_over(diabetes, monkeypatch):
+    """The controller's running noise and total start from the first coarse round's values; every
+    other round (k ≥ 1) carries the average on."""
+    fed, model, theta0 = diabetes
+    seen, gamma = {}, StepController.gamma
+
+    def spy(self, cs, k, noise, total, downlink_noise=None):
+        seen[k - 1] = (cs.noise_avg, cs.total_avg)
+        return gamma(self, cs, k, noise, total, downlink_noise)
+
+    monkeypatch.setattr(StepController, "gamma", spy)
+    run = FedEM(model, compressor="dither:s=4").start(fed, theta0, 0)
+    for _ in range(ROUNDS):
+        run.step()
+    assert set(seen) == set(range(ROUNDS))  # no rejection: one step rule per round
+    restarted = [k for k, (noise, total) in seen.items() if noise is None and total is None]
+    assert restarted == [0, FINE_START_ROUNDS]
 
 
 def test_a_client_that_missed_rounds_decodes_each_update_with_its_rounds_compressor(diabetes):

@@ -23,7 +23,7 @@ from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast
 from .controller import StepController
-from .fine_start import fine_rounds, fine_start_compressor
+from .fine_start import fine_rounds, round_compressor
 from .server import check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
@@ -62,6 +62,9 @@ class Algorithm(RoundZero):
         How the server sends the iterate (:mod:`.broadcast`): ``"auto"`` quantises its steps
         with the uplink's compressor (identity uplink: float64, as the paper); None sends
         Ŝ as float64 every round.
+    fine_start : bool, default=False
+        Run the first rounds of a coarse compressor, up and down, at the fine start's
+        precision (:mod:`.fine_start`; FedEM's default is True, VR-FedEM has none).
 
     Notes
     -----
@@ -71,11 +74,9 @@ class Algorithm(RoundZero):
 
     #: rows per client per round; None = exact local means (FedEM and VR-FedEM set it)
     batch_size = None
-    #: whether a coarse compressor's first rounds run at the fine start's precision (:mod:`.fine_start`)
-    fine_start = False
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto", alpha=None,
-                 track_h=False, precondition=True, safeguard=True, downlink_compressor="auto"):
+                 track_h=False, precondition=True, safeguard=True, downlink_compressor="auto", fine_start=False):
         self.model = model
         self.compressor = make_compressor(compressor)
         self.compressor.check_size(model.q)
@@ -86,6 +87,7 @@ class Algorithm(RoundZero):
         self.precondition = bool(precondition)
         self.safeguard = bool(safeguard)
         self.downlink_compressor = downlink_compressor
+        self.fine_start = bool(fine_start)
         downlink = Broadcast.spec(downlink_compressor, self.compressor)
         blocks = model.layout.offsets
         self.fine_rounds = fine_rounds(self.compressor, model.q, blocks, self.fine_start)
@@ -100,7 +102,7 @@ class Algorithm(RoundZero):
     def uplink_compressor(self, round_):
         """The compressor of round ``round_``'s uploads: the fine start's in the first
         :attr:`fine_rounds` rounds (:mod:`.fine_start`), then :attr:`compressor`."""
-        return fine_start_compressor() if round_ < self.fine_rounds else self.compressor
+        return round_compressor(self.compressor, self.fine_rounds, round_)
 
     def omega(self, geometry=None) -> float:
         """The compressor's ω on the blocks it quantises (the geometry's, else the layout's)."""

@@ -24,7 +24,7 @@ import numpy as np
 from ..compression import Identity, make_compressor
 from ..ledger import FLOAT64_BITS
 from .controller import running_average
-from .fine_start import fine_start_compressor
+from .fine_start import round_compressor
 from .streams import round_streams
 
 __all__ = ["Broadcast", "BroadcastState", "replay", "SERVER_STREAM", "REVERT_BITS", "REQUANTISE_TRIES",
@@ -96,7 +96,7 @@ class Broadcast:
 
     def compressor_at(self, round_):
         """The compressor of the step sent in round ``round_`` (update ``round_ + 1``)."""
-        return fine_start_compressor() if round_ < self.fine_rounds else self.compressor
+        return round_compressor(self.compressor, self.fine_rounds, round_)
 
     def start(self, n_clients, everyone_has_s0) -> BroadcastState:
         """After round 0: every client holds Ŝ_0 when the mean-field pass broadcast it."""

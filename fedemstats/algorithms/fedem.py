@@ -57,9 +57,8 @@ class FedEM(Algorithm):
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto",
                  alpha=None, v_init="mean-field", batch_size=None, track_h=False, precondition=True,
                  safeguard=True, downlink_compressor="auto", fine_start=True):
-        self.fine_start = bool(fine_start)  # read by Algorithm.__init__
         super().__init__(model, compressor, participation, step_size, alpha, track_h, precondition, safeguard,
-                         downlink_compressor)
+                         downlink_compressor, fine_start)
         if v_init not in V_INIT_CHOICES:
             raise ValueError(f"v_init must be one of {V_INIT_CHOICES}; got {v_init!r}.")
         self.v_init = v_init

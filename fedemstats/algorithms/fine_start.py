@@ -36,7 +36,7 @@ import functools
 
 from ..compression import make_compressor
 
-__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "fine_start_compressor", "fine_rounds"]
+__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "fine_start_compressor", "fine_rounds", "round_compressor"]
 
 #: Rounds after round 0 that run at :data:`FINE_START_LEVELS` (see the module's measurements).
 FINE_START_ROUNDS = 3
@@ -76,3 +76,9 @@ def fine_rounds(compressor, q, blocks, enabled=True) -> int:
         return 0
     fine = float(fine_start_compressor().omega(q, blocks))
     return FINE_START_ROUNDS if float(compressor.omega(q, blocks)) > fine else 0
+
+
+def round_compressor(compressor, n_fine, round_):
+    """The compressor of round ``round_`` on a channel whose first ``n_fine`` rounds start
+    fine (:func:`fine_rounds`), else ``compressor``: both sides derive it from the round."""
+    return fine_start_compressor() if round_ < n_fine else compressor
