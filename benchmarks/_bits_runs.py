@@ -94,7 +94,7 @@ def criteria(kind):
     The imputer is judged on the log-likelihood, as the other models; its RMSE criterion (the
     issue's) is reported beside it. Exact EM meets the RMSE one at round 0, 1 or 2 on every table
     (the conditional-mean imputation barely moves once the covariance is roughly right), so a
-    ratio to it prices the start (θ_0 in float64 and the first uploads), not convergence."""
+    ratio to it prices the start (θ_0's broadcast and the first uploads), not convergence."""
     return ("ll", "rmse") if kind == "imputer" else ("ll",)
 
 

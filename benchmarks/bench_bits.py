@@ -227,7 +227,8 @@ def report(groups, rows, variants, args, total_s):
         "and θ_0 are built as the estimators' `fit` builds them (`Federation.from_groups`, `Model.from_federation`, "
         "`init_theta` with `check_rng(seed)`, whose stream then drives the run). Checked per group: exact EM's θ "
         "after round 0 and its round-0 log-likelihood equal the estimator's (`algorithm='em'`, `max_iter=1`) "
-        "bit for bit, and every FedEM run's θ_0 equals exact EM's (array equality).",
+        "bit for bit, and every FedEM run is given exact EM's θ_0 (array equality; its quantised start may send it "
+        "as float32 statistics, `docs/fedem.md` round 0).",
         f"- Fixed point: exact EM (`FedEM(compressor='identity', participation=1.0, step_size=1.0, alpha=1.0, "
         f"v_init='zero')`, as `algorithm='em'`) until the mean log-likelihood changes by < {FP_TOL:g} per round, "
         f"or {FP_MAX_ROUNDS} rounds (marked *; 'est. remaining' extrapolates the last 10 increments geometrically).",
@@ -235,7 +236,7 @@ def report(groups, rows, variants, args, total_s):
         f"`model.log_likelihood`), for the imputer too (its observed-data log-likelihood); the imputer's RMSE "
         f"criterion (the issue's: RMSE of the conditional-mean imputation on the masked cells ≤ {1 + RMSE_RTOL:g} × "
         "the fixed point's) is in the last column and tallied under the summary. Exact EM meets it at round 0, "
-        "1 or 2 on every table, so its ratio prices the start (θ_0 broadcast in float64, first uploads), not "
+        "1 or 2 on every table, so its ratio prices the start (θ_0's broadcast, first uploads), not "
         "convergence; a ratio judged on it cannot fall below θ_0's share of exact EM's 1–3 rounds.",
         "- Rounds-to-target: the first round k whose parameters (`run.theta` after the step; round 0 is "
         "T(Ŝ_0)) meet the target; Mbit = `run.ledger.total` at that point / 1e6 (round 0 and rounds 1..k, "

@@ -77,6 +77,29 @@ def test_the_public_scale_reaches_the_nodes_where_the_floor_binds(tmp_path):
     assert max(diffs.values()) < TOL * max(1.0, max(result["column_scale"]) ** 2), diffs
 
 
+@pytest.mark.parametrize("separation", [0.0, 1e4])
+def test_theta0_reaches_the_nodes_as_float32_statistics_or_as_it_is(tmp_path, monkeypatch, separation):
+    """The quantised start sends θ_0 as float32 statistics (nodes start from their T-map) or, for
+    components 1e4 standard deviations from the shift, whose statistics cancel in float32, as it is:
+    either way the nodes start where the in-process run starts."""
+    from fedemstats.algorithms.start import RoundZero
+    sent = []
+    original = RoundZero.theta_message
+    monkeypatch.setattr(RoundZero, "theta_message", lambda self, theta: sent.append(original(self, theta)) or sent[-1])
+    folder = tmp_path / "far"
+    folder.mkdir()
+    rng, parts = np.random.default_rng(5), []
+    for i in range(N_PARTS):
+        X = np.vstack([rng.normal(size=(20, 2)), separation + rng.normal(size=(20, 2))])
+        np.savetxt(folder / f"partition-{i}.csv", X, delimiter=",", fmt="%.17g")
+        parts.append(np.loadtxt(folder / f"partition-{i}.csv", delimiter=",", ndmin=2))
+    result = FedEMStrategy(GMMProblem(2), SETTINGS).start(_grid(str(folder)))
+    reference = reference_run(parts, GMMProblem(2), SETTINGS)
+    assert len(sent) == 2 and (sent[0] is None) == (separation > 0) and (sent[1] is None) == (separation > 0)
+    diffs = max_abs_difference(result, reference)
+    assert max(diffs.values()) < TOL * max(1.0, separation ** 2), diffs
+
+
 def test_local_grid_matches_federated_gaussian_mixture(data):
     folder, parts = data
     result = FedEMStrategy(GMMProblem(2), SETTINGS).start(_grid(folder))

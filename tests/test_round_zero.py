@@ -1,6 +1,8 @@
 """Issue 12, round 0: the quantised mean-field start (``fedemstats.algorithms.start``).
 
 * it costs a fraction of the float64 start's bits, and the ledger holds exactly its transfers;
+* θ_0 travels as its statistics in float32 and the run starts from their T-map, θ_0 to float32's
+  rounding; every other run starts from θ_0 itself;
 * Ŝ_0 and V_{0,i} are the decoded broadcast and mean-field uploads, recomputed from the
   public functions a node uses (a client reproduces them alone), and V = Σ w_i V_{0,i};
 * it follows the float64 start's log-likelihood trajectory within 1e-3 nats per row;
@@ -12,9 +14,10 @@ from sklearn.datasets import load_diabetes
 from sklearn.preprocessing import StandardScaler
 
 from fedemstats.algorithms import FedEM, VRFedEM
-from fedemstats.algorithms.start import ROUND0_LEVELS, round0_compressor
+from fedemstats.algorithms.start import (ROUND0_LEVELS, START_THETA_FLAG_BITS, START_THETA_TOLERANCE,
+                                         round0_compressor)
 from fedemstats.federation import Federation, partition_iid
-from fedemstats.ledger import FLOAT64_BITS
+from fedemstats.ledger import FLOAT32_BITS, FLOAT64_BITS
 from fedemstats.models.gmm import GaussianMixtureModel
 from fedemstats.models.gmm_init import init_params
 
@@ -39,9 +42,12 @@ def test_quantised_start_costs_a_fraction_and_the_ledger_holds_its_transfers(pro
     algo = FedEM(model, compressor="dither:s=4")
     assert algo.quantised_start(n)
     run = algo.start(fed, theta0, random_state=0)
-    # the three transfers, rebuilt from the public functions with the run's entropy
-    a0, g0 = algo.start_point(theta0)
-    m0, q0 = algo.start_upload(model.client_stats(fed, theta0)[0], a0, g0, run.state.entropy, np.arange(n), "upload")
+    # the four transfers, rebuilt from the public functions with the run's entropy: θ_0 as float32
+    # statistics, from which everyone starts (test_theta0_travels_as_float32_statistics)
+    theta_message = algo.theta_message(theta0)
+    start = algo.received_theta(theta_message)
+    a0, g0 = algo.start_point(start)
+    m0, q0 = algo.start_upload(model.client_stats(fed, start)[0], a0, g0, run.state.entropy, np.arange(n), "upload")
     mb, s0 = algo.start_broadcast(a0, g0, q0, fed.weights, run.state.entropy)
     theta1 = model.t_map(s0)
     m1, _ = algo.start_upload(model.client_stats(fed, theta1)[0], s0, model.geometry(theta1, s0),
@@ -49,14 +55,17 @@ def test_quantised_start_costs_a_fraction_and_the_ledger_holds_its_transfers(pro
     comp = round0_compressor()
     row = run.history.iloc[0]
     assert row["uplink_bits"] == comp.bits(m0) + comp.bits(m1) + 2 * n * FLOAT64_BITS
-    assert row["downlink_bits"] == n * model.n_parameters(theta0) * FLOAT64_BITS + n * comp.bits(mb)
+    assert theta_message.dtype == np.float32 and theta_message.shape == (q,)
+    assert row["downlink_bits"] == n * (q * FLOAT32_BITS + START_THETA_FLAG_BITS) + n * comp.bits(mb)
+    assert np.array_equal(run.state.s_hat, s0)
     assert row["n_cond_exp"] == 2 * fed.n_rows
     float64 = _Float64Start(model, compressor="dither:s=4").start(fed, theta0, random_state=0).history.iloc[0]
     assert float64["uplink_bits"] == n * (q + 1) * FLOAT64_BITS + n * q * FLOAT64_BITS
     assert row["uplink_bits"] < 0.25 * float64["uplink_bits"]
-    # the broadcast of Ŝ_0 shrinks as much; θ_0 still goes out in float64 (exact EM's start too)
-    assert row["downlink_bits"] - n * model.n_parameters(theta0) * FLOAT64_BITS < 0.25 * n * q * FLOAT64_BITS
+    # the broadcast of Ŝ_0 shrinks as much, and θ_0 to half (the float64 start sends θ_0 itself)
+    assert row["downlink_bits"] - n * (q * FLOAT32_BITS + START_THETA_FLAG_BITS) < 0.25 * n * q * FLOAT64_BITS
     assert float64["downlink_bits"] == n * model.n_parameters(theta0) * FLOAT64_BITS + n * q * FLOAT64_BITS
+    assert row["downlink_bits"] < 0.65 * float64["downlink_bits"]
 
 
 def test_quantised_start_state_is_what_every_client_decodes(problem):
@@ -64,9 +73,12 @@ def test_quantised_start_state_is_what_every_client_decodes(problem):
     n = fed.n_clients
     algo = FedEM(model, compressor="dither:s=4", participation=0.5)
     state = algo.start(fed, theta0, random_state=3).state
-    a0, g0 = algo.start_point(theta0)
-    np.testing.assert_allclose(model.t_map(a0).means, theta0.means, atol=1e-12)  # T(E_θ0[s]) = θ_0
-    stats0 = model.client_stats(fed, theta0)[0]
+    # T(E_θ[s]) = θ
+    np.testing.assert_allclose(model.t_map(model.expected_stats(theta0)).means, theta0.means, atol=1e-12)
+    # a client decodes θ_0 from the message's bytes alone
+    start = algo.received_theta(np.frombuffer(algo.theta_message(theta0).tobytes(), dtype=np.float32))
+    a0, g0 = algo.start_point(start)
+    stats0 = model.client_stats(fed, start)[0]
     _, q0 = algo.start_upload(stats0, a0, g0, state.entropy, np.arange(n), "upload")
     message, s0 = algo.start_broadcast(a0, g0, q0, fed.weights, state.entropy)
     assert np.array_equal(state.s_hat, s0)
@@ -96,7 +108,7 @@ def test_quantised_start_begins_where_the_float64_start_begins(problem, particip
     quantised = FedEM(model, **kw).run(fed, theta0, 1, random_state=1)
     float64 = _Float64Start(model, **kw).run(fed, theta0, 1, random_state=1)
     ll_q, ll_f = quantised.history["loglik"].to_numpy(), float64.history["loglik"].to_numpy()
-    assert ll_q[0] == ll_f[0]
+    assert ll_q[0] != ll_f[0] and abs(ll_q[0] - ll_f[0]) < 1e-5  # θ̃_0 is θ_0 rounded to float32
     assert abs(ll_q[1] - ll_f[1]) < 1e-4, (ll_q, ll_f)
     assert quantised.ledger.total < 0.6 * float64.ledger.total
 
@@ -119,3 +131,48 @@ def test_other_runs_keep_the_float64_start(problem, make):
     passes = 1 + int(algo.mean_field_pass(fed.n_clients))
     n, q = fed.n_clients, model.q
     assert row["uplink_bits"] == n * (q + 1) * FLOAT64_BITS + (passes - 1) * n * q * FLOAT64_BITS
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "diag"])
+def test_theta0_travels_as_float32_statistics(problem, covariance_type):
+    fed, _, _ = problem
+    model = GaussianMixtureModel(3, fed.n_features, covariance_type=covariance_type, shift=fed.X.mean(0))
+    theta0 = init_params(fed, model, "kmeans", np.random.default_rng(0))
+    algo = FedEM(model, compressor="dither:s=4")
+    message = algo.theta_message(theta0)
+    assert message is not None and message.dtype == np.float32
+    start = algo.received_theta(message)
+    for name, value in model.params_to_dict(theta0).items():
+        moved = np.max(np.abs(model.params_to_dict(start)[name] - value)) / np.max(np.abs(value))
+        assert 0.0 < moved < 1e-6, (name, moved)  # rounded, not dropped or replaced
+    # the run's round 0 is evaluated at θ̃_0: its log-likelihood is θ_0's to float32 precision, and
+    # exactly that of the clients' uploads at θ̃_0
+    ll_start = fed.weights @ model.client_stats(fed, start)[1]
+    ll_theta0 = fed.weights @ model.client_stats(fed, theta0)[1]
+    row = algo.start(fed, theta0, random_state=0).history.iloc[0]
+    assert row["loglik"] == pytest.approx(ll_start, rel=0, abs=1e-12)
+    assert abs(ll_start - ll_theta0) < 1e-5
+    # a float64 start (exact EM) starts from θ_0 itself
+    exact = FedEM(model).start(fed, theta0, random_state=0).history.iloc[0]
+    assert exact["loglik"] == pytest.approx(ll_theta0, rel=0, abs=1e-12)
+
+
+def test_theta0_whose_float32_statistics_cancel_travels_in_float64():
+    # a component 1e4 standard deviations from the shift: its S2 / r − m mᵀ loses all of float32's
+    # digits (rounding 6e-8 of m² = 6 variances), so θ_0 goes out as it is and the run starts there
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(100, 2)), 1e4 + rng.normal(size=(100, 2))])
+    fed = Federation.from_groups(X, partition_iid(X.shape[0], 4, random_state=0))[0]
+    model = GaussianMixtureModel(2, 2, covariance_type="diag", shift=np.zeros(2))
+    theta0 = init_params(fed, model, "kmeans", np.random.default_rng(0))
+    algo = FedEM(model, compressor="dither:s=4")
+    a0 = model.expected_stats(theta0)
+    moved = model.geometry(theta0, a0).forward((a0.astype(np.float32) - a0)[None, :])
+    assert np.max(np.abs(moved)) > 1e3 * START_THETA_TOLERANCE
+    assert algo.theta_message(theta0) is None
+    start, bits = algo.start_theta(theta0)
+    assert start is theta0 and bits == model.n_parameters(theta0) * FLOAT64_BITS + START_THETA_FLAG_BITS
+    n = fed.n_clients
+    row = algo.start(fed, theta0, random_state=0).history.iloc[0]
+    assert row["loglik"] == pytest.approx(fed.weights @ model.client_stats(fed, theta0)[1], rel=0, abs=1e-12)
+    assert row["downlink_bits"] > n * model.n_parameters(theta0) * FLOAT64_BITS

@@ -124,7 +124,9 @@ class _Node:
         """Round 0 (:mod:`fedemstats.algorithms.start`). Exact: s̄_i(θ) at the θ sent, or at
         T(Ŝ_0) for the mean-field pass, which also starts the node's state (Ŝ_0 and
         V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes). Quantised
-        (config ``start``): s̄_i(θ_0) − E_θ0[s] dithered (``upload``), or, from the server's
+        (config ``start``; θ_0 arrives as its float32 statistics ``theta`` or, when
+        their rounding is too large, as parameters, see :mod:`fedemstats.algorithms.start`):
+        s̄_i(θ_0) − E_θ0[s] dithered (``upload``), or, from the server's
         broadcast of Ŝ_0, s̄_i(T(Ŝ_0)) − Ŝ_0 dithered (``mean-field``), whose decoded value
         is V_{0,i}; the node keeps Ŝ_0 and V_{0,i}."""
         config = message.content[P.CONFIG]
@@ -147,7 +149,9 @@ class _Node:
         config, content = message.content[P.CONFIG], message.content
         algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
-        theta0 = params_from_records(content[P.PARAMS], content[P.PARAMS_META])
+        arrays = from_array_record(content[P.ARRAYS])
+        theta0 = (algo.received_theta(arrays["theta"]) if "theta" in arrays
+                  else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
         a0, geometry0 = algo.start_point(theta0)
         if transfer == "upload":
             stats, loglik = model.client_stats(fed, theta0)
