@@ -24,7 +24,7 @@ from _real_tables import SEED, Table
 from fedemstats.federation import partition_iid
 
 __all__ = ["WEIGHT_COLLAPSE", "EIG_FLOOR_FACTOR", "EIG_RATIO_COLLAPSE", "EIG_RATIO_BLOWUP", "PSI_FLOOR",
-           "START_ATOL", "RunResult", "run_config", "collapse_reasons", "check_same_start",
+           "START_ATOL", "START_ROUNDING_ATOL", "RunResult", "run_config", "collapse_reasons", "check_same_start",
            "StartMismatchError", "gaussian_observed_loglik", "warm_up", "exact_em_from_end"]
 
 logger = logging.getLogger("benchmarks.real_data")
@@ -43,8 +43,13 @@ EIG_RATIO_BLOWUP = 1e2
 #: Collapse (factor analysis): a noise variance at or below this (standardised units;
 #: the package floors at 1e-12 of the coordinate's second moment) which exact EM does not have.
 PSI_FLOOR = 1e-8
-#: Same start: round-0 log-likelihoods per row of exact and compressed runs agree to this.
+#: Same start: round-0 log-likelihoods per row of two runs that both start from θ_0 agree to this ...
 START_ATOL = 1e-10
+#: ... and compressed FedEM's to this: its quantised start sends θ_0 as float32 statistics when their
+#: rounding is small in the model's geometry (``docs/fedem.md``, round 0) and starts from what it sent,
+#: which moved the round-0 log-likelihood by at most 2.6e-5 nats per row on these tables. A larger
+#: difference is another start.
+START_ROUNDING_ATOL = 1e-4
 #: Step of the damped deterministic EM of :func:`damped_exact_em` (the trust region's first halving).
 DAMPED_STEP = 0.5
 
@@ -209,11 +214,12 @@ class StartMismatchError(AssertionError):
     """Exact and compressed runs did not start from the same parameters."""
 
 
-def check_same_start(exact, other):
+def check_same_start(exact, other, atol=START_ATOL):
     """Raise :class:`StartMismatchError` unless both runs' round-0 log-likelihoods (the
-    log-likelihood of the initial parameters, all clients) agree to START_ATOL."""
+    log-likelihood of the initial parameters, all clients) agree to ``atol``
+    (:data:`START_ATOL`; :data:`START_ROUNDING_ATOL` for a compressed run's transmitted θ_0)."""
     a, b = exact.loglik0, other.loglik0
-    if not abs(a - b) <= START_ATOL:
+    if not abs(a - b) <= atol:
         raise StartMismatchError(f"round-0 loglik {b:.10g} != exact EM's {a:.10g}")
 
 

@@ -16,9 +16,10 @@ So the first :data:`FINE_START_ROUNDS` rounds after round 0 use dithering at
 (larger ω). Then the run's compressor takes over: the memories V_i by then hold the clients'
 statistics finely, so the coarse quantiser carries only the later, small moves.
 
-Measured with 16 streams at ``dither:s=4`` (share of runs ending within 1e-3 nats per row of
-exact EM's optimum, without → with the fine start): Portal iid / full 0/16 → 6/16, het /
-full 1/16 → 12/16, iid / diag 11/16 → 16/16, het / diag 16/16 → 16/16. Fewer do not do it
+Measured at ``dither:s=4`` (share of runs ending within 1e-3 nats per row of exact EM's
+optimum, without → with the fine start): Portal iid / full 0/48 → 16/48, het / full 3/48 →
+31/48 (48 streams, 150 rounds), iid / diag 11/16 → 16/16, het / diag 16/16 → 16/16. Fine
+rounds on one link only, or at 16 or 32 levels, land far less often (``docs/fedem.md``). Fewer do not do it
 (one round: 0/16 on both full rows; two: 3/16 and 6/16). More fine rounds
 raise the first (5: 9/16, 8: 13/16, 12: 15/16), but each costs about 2.5 times the bits of a
 coarse round (diabetes, GMM), and exact EM needs only 3 to 15 rounds on many real tables (``bench_bits``).
