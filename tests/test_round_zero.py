@@ -170,8 +170,9 @@ def test_theta0_whose_float32_statistics_cancel_travels_in_float64():
     moved = model.geometry(theta0, a0).forward((a0.astype(np.float32) - a0)[None, :])
     assert np.max(np.abs(moved)) > 1e3 * START_THETA_TOLERANCE
     assert algo.theta_message(theta0) is None
-    start, bits = algo.start_theta(theta0)
-    assert start is theta0 and bits == model.n_parameters(theta0) * FLOAT64_BITS + START_THETA_FLAG_BITS
+    start, message = algo.start_theta(theta0)
+    assert start is theta0 and message is None
+    assert algo.theta_bits(theta0, message) == model.n_parameters(theta0) * FLOAT64_BITS + START_THETA_FLAG_BITS
     n = fed.n_clients
     row = algo.start(fed, theta0, random_state=0).history.iloc[0]
     assert row["loglik"] == pytest.approx(fed.weights @ model.client_stats(fed, theta0)[1], rel=0, abs=1e-12)

@@ -173,11 +173,15 @@ class RoundZero:
         return self.model.t_map(np.asarray(message, dtype=np.float64))
 
     def start_theta(self, theta0):
-        """(the θ the quantised start starts from, downlink bits per client that send it)."""
+        """(the θ the quantised start starts from, its float32 message or ``None`` when θ_0
+        itself is sent): the server's one decision, in process and on a framework."""
         message = self.theta_message(theta0)
-        if message is None:
-            return theta0, self.model.n_parameters(theta0) * FLOAT64_BITS + START_THETA_FLAG_BITS
-        return self.received_theta(message), message.size * FLOAT32_BITS + START_THETA_FLAG_BITS
+        return (theta0, None) if message is None else (self.received_theta(message), message)
+
+    def theta_bits(self, theta0, message) -> int:
+        """Downlink bits per client of :meth:`start_theta`'s choice, its flag byte included."""
+        sent = self.model.n_parameters(theta0) * FLOAT64_BITS if message is None else message.size * FLOAT32_BITS
+        return int(sent) + START_THETA_FLAG_BITS
 
     def start_point(self, theta0):
         """(a_0, geometry): E_θ0[s] and the model's geometry at (θ_0, a_0), both public."""
@@ -223,9 +227,9 @@ class RoundZero:
         model, n, q = self.model, federation.n_clients, self.model.q
         entropy = draw_entropy(rng)
         if self.quantised_start(n):
-            start, theta_bits = self.start_theta(theta0)
+            start, message = self.start_theta(theta0)
             state, loglik, uplink, downlink = self._quantised_round_zero(federation, start, entropy)
-            passes, downlink = 2, downlink + n * theta_bits
+            passes, downlink = 2, downlink + n * self.theta_bits(theta0, message)
         else:
             state, loglik = self.round_zero(lambda theta: model.client_stats(federation, theta), theta0,
                                             federation.weights, entropy)

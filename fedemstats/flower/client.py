@@ -135,7 +135,7 @@ class _Node:
         arrays = from_array_record(message.content[P.ARRAYS])
         metrics = {P.PARTITION_ID: partition_id_of(context), "n-rows": fed.n_rows}
         if "start" in config:
-            return self._quantised_stats(message, context, model, fed, metrics)
+            return self._quantised_stats(message, context, model, fed, arrays, metrics)
         if "s_hat" in arrays:
             s_hat = arrays["s_hat"]
             stats, loglik = model.client_stats(fed, model.t_map(s_hat))
@@ -145,11 +145,10 @@ class _Node:
             stats, loglik = model.client_stats(fed, theta)
         return _reply(message, arrays={"stats": stats[0]}, metrics={**metrics, "loglik": float(loglik[0])})
 
-    def _quantised_stats(self, message, context, model, fed, metrics):
+    def _quantised_stats(self, message, context, model, fed, arrays, metrics):
         config, content = message.content[P.CONFIG], message.content
         algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
-        arrays = from_array_record(content[P.ARRAYS])
         theta0 = (algo.received_theta(arrays["theta"]) if "theta" in arrays
                   else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
         a0, geometry0 = algo.start_point(theta0)

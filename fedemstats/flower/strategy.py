@@ -120,26 +120,23 @@ class FedEMStrategy(Strategy):
         algo, s, q = self.algorithm, self.settings, self.model.q
         config = {"entropy": entropy, "compressor": s.compressor, "precondition": s.precondition,
                   "downlink": s.downlink_compressor}
-        # θ_0 travels as its statistics in float32 when that rounding is small (every side then
-        # starts from their T-map), else as it is
-        theta_message = algo.theta_message(theta0)
-        if theta_message is None:
-            sent = {"params": theta0}
-        else:
-            theta0, sent = algo.received_theta(theta_message), {"params": None, "theta": theta_message}
+        # θ_0 travels as its float32 statistics (array ``theta``) when their rounding is small, else
+        # as it is; every side starts from the same θ
+        theta0, message = algo.start_theta(theta0)
+        params, arrays = (theta0, {}) if message is None else (None, {"theta": message})
         a0, geometry0 = algo.start_point(theta0)
 
         def check(blocks):
             return lambda content, pid: check_round_reply(content, round0_compressor(), q, blocks, pid,
                                                           self.registry.rows_of[pid])
-        up0 = self._round_zero_replies(grid, {**config, "start": "upload"}, payload=None,
-                                       check=check(geometry0.blocks), **sent)
+        up0 = self._round_zero_replies(grid, {**config, "start": "upload"}, params, None, check(geometry0.blocks),
+                                       **arrays)
         q0, _, _ = decode_messages(round0_compressor(), [m for m, _ in up0], geometry0, q)
         broadcast, s0 = algo.start_broadcast(a0, geometry0, q0, self.weights, entropy)
         theta1 = self.model.t_map(s0)
         geometry1 = self.model.geometry(theta1, s0)
-        up1 = self._round_zero_replies(grid, {**config, "start": "mean-field"}, payload=broadcast,
-                                       check=check(geometry1.blocks), **sent)
+        up1 = self._round_zero_replies(grid, {**config, "start": "mean-field"}, params, broadcast,
+                                       check(geometry1.blocks), **arrays)
         q1, _, _ = decode_messages(round0_compressor(), [m for m, _ in up1], geometry1, q)
         state = algo.quantised_state(s0, q1, [ll for _, ll in up1], self.weights, entropy)
         return state, float(self.weights @ np.array([ll for _, ll in up0]))
