@@ -5,6 +5,7 @@ from _toy_models import GaussianMeanModel
 
 from fedemstats.algorithms import FedEM, client_update, server_update
 from fedemstats.algorithms.base import StepSize, theory_step_size, make_step_size
+from fedemstats.algorithms.fine_start import fine_start_compressor
 from fedemstats.compression.base import Compressor, Identity, Message, uniform_rows
 from fedemstats.federation import Federation
 from fedemstats.participation import BernoulliParticipation, FixedSizeParticipation
@@ -50,7 +51,9 @@ def test_server_memory_equals_weighted_client_memories_every_round():
     model = GaussianMeanModel(3)
     algo = FedEM(model, compressor=RandomSign(), participation=BernoulliParticipation(0.4), step_size=0.2)
     run = algo.start(fed, np.zeros(3), random_state=3)
-    assert run.alpha == 0.5  # 1 / (1 + omega), omega = 1
+    # 1 / (1 + omega), omega = 1; the fine start's rounds: 1 / (1 + omega) of its own compressor
+    fine = 1.0 / (1.0 + float(fine_start_compressor().omega(3, model.layout.offsets)))
+    assert run.alphas == (fine, 0.5) and 0.9 < fine < 1.0
     for k in range(1, 30):
         assert run.step()["round"] == k
         np.testing.assert_allclose(run.state.v, fed.weights @ run.state.v_clients, atol=1e-12)

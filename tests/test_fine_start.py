@@ -85,6 +85,29 @@ def test_fine_rounds_are_a_64_level_runs_first_rounds(diabetes):
         assert run.ledger.total == int(run.history["cumulative_bits"].iloc[-1])
 
 
+def test_fine_rounds_absorb_their_messages_with_the_fine_compressors_alpha(diabetes):
+    """Default α is 1/(1 + ω) of each round's compressor: the fine rounds of dither:s=4 equal a
+    64-level run's (whose α is the fine one) bit for bit, memories included; then the coarse α
+    takes over. A given α holds in every round."""
+    fed, model, theta0 = diabetes
+    runs = [FedEM(model, compressor=c, participation=0.5, fine_start=f).start(fed, theta0, 3)
+            for c, f in [("dither:s=4", True), (f"dither:s={FINE_START_LEVELS}", False)]]
+    fine, coarse = runs[0].alphas
+    assert runs[1].alphas == (fine, fine)
+    assert coarse == runs[0].algorithm.resolved_alpha(runs[0].algorithm.client_geometry(theta0, runs[0].state.s_hat))
+    assert coarse < 0.75 < 0.95 < fine < 1.0
+    for _ in range(FINE_START_ROUNDS):
+        for r in runs:
+            r.step()
+        np.testing.assert_array_equal(runs[0].state.v_clients, runs[1].state.v_clients)
+        np.testing.assert_array_equal(runs[0].state.s_hat, runs[1].state.s_hat)
+    algo = runs[0].algorithm
+    assert [algo.round_alpha(runs[0].alphas, k) for k in range(ROUNDS)] == \
+        [fine] * FINE_START_ROUNDS + [coarse] * (ROUNDS - FINE_START_ROUNDS)
+    given = FedEM(model, compressor="dither:s=4", alpha=0.3).start(fed, theta0, 3)
+    assert given.alphas == (0.3, 0.3)
+
+
 def test_noise_estimates_restart_when_the_coarse_quantiser_takes_over(diabetes):
     """After the first coarse round the downlink's running noise ratio is that round's alone;
     after the second fine round it averages two."""

@@ -23,7 +23,7 @@ from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast
 from .controller import StepController
-from .fine_start import fine_rounds, round_compressor
+from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor
 from .server import check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
@@ -112,6 +112,20 @@ class Algorithm(RoundZero):
     def resolved_alpha(self, geometry=None) -> float:
         """α: the given one, else ``1 / (1 + ω)``."""
         return 1.0 / (1.0 + self.omega(geometry)) if self.alpha is None else self.alpha
+
+    def resolved_alphas(self, geometry=None) -> tuple:
+        """(α of the fine start's rounds, α after them): :meth:`resolved_alpha`, except that a
+        default α is ``1 / (1 + ω)`` of the compressor each round's messages come from
+        (:func:`.fine_start.round_alpha`); a given α holds throughout."""
+        alpha = self.resolved_alpha(geometry)
+        if self.alpha is not None or not self.fine_rounds:
+            return alpha, alpha
+        blocks = self.model.layout.offsets if geometry is None else geometry.blocks
+        return 1.0 / (1.0 + float(fine_start_compressor().omega(self.model.q, blocks))), alpha
+
+    def round_alpha(self, alphas, round_) -> float:
+        """α of round ``round_`` from :meth:`resolved_alphas`' pair."""
+        return round_alpha(alphas, self.fine_rounds, round_)
 
     def full_batches(self) -> bool:
         """Whether clients evaluate all their rows every round (no mini-batch noise)."""

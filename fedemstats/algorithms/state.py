@@ -109,12 +109,13 @@ class AlgorithmRun:
     def __init__(self, algorithm, federation, state, rng, ledger, records, tol=None):
         self.algorithm, self.federation, self.state = algorithm, federation, state
         self.rng, self.ledger, self.records, self.tol = rng, ledger, records, tol
-        self.alpha = algorithm.resolved_alpha(algorithm.client_geometry(self.theta, state.s_hat))
+        self.alphas = algorithm.resolved_alphas(algorithm.client_geometry(self.theta, state.s_hat))
 
     def step(self) -> dict:
         """Run round k -> k+1; returns the round's history row (``converged`` says whether the
         convergence test held with the run's ``tol``)."""
-        self.algorithm.round(self.state, self.federation, self.rng, self.alpha, self.ledger, self.records,
+        alpha = self.algorithm.round_alpha(self.alphas, self.state.round)
+        self.algorithm.round(self.state, self.federation, self.rng, alpha, self.ledger, self.records,
                              tol=self.tol)
         return self.records.last()
 

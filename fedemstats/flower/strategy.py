@@ -97,7 +97,7 @@ class FedEMStrategy(Strategy):
                 grid, {"entropy": entropy}, s_hat=self.weights @ upload0[0])
             self.state, loglik = algo.initial_state(upload0, upload1, self.weights, entropy)
             mean_field = upload1 is not None
-        self.alpha = algo.resolved_alpha(algo.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
+        self.alphas = algo.resolved_alphas(algo.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
         self.received = np.full(n, NO_ROUND, dtype=np.int64)
         # the round each node is known to hold (it answered an instruction of that round), and
         # whether it then had a full copy only (no previous iterate for a revert)
@@ -215,7 +215,8 @@ class FedEMStrategy(Strategy):
         needs_full, _ = self.algorithm.broadcast.plan(st.downlink, np.array([client]), st.round, synced=[base],
                                                       fresh=[self.confirmed_fresh[client]])
         full = bool(needs_full[0] or self.resync_v[client])
-        config = {"round": int(st.round), "entropy": int(st.entropy), "alpha": self.alpha,
+        config = {"round": int(st.round), "entropy": int(st.entropy),
+                  "alpha": self.algorithm.round_alpha(self.alphas, st.round),
                   "compressor": s.compressor, "downlink": s.downlink_compressor, "precondition": s.precondition,
                   "mode": "full" if full else "updates", "base": base, "received": int(self.received[client])}
         arrays = self._public()
@@ -281,7 +282,8 @@ class FedEMStrategy(Strategy):
         q_rows, noise, bits = decode_messages(algo.uplink_compressor(st.round), messages, geometries[1], self.model.q)
         loglik = np.array([got[int(i)][1] for i in idx], dtype=np.float64)
         # the mirror applies the same q_i the node will commit: V_{k+1,i} = V_{k,i} + α q_i
-        st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, self.alpha)
+        alpha = algo.round_alpha(self.alphas, st.round)
+        st.v_clients[idx] = memory_update(st.v_clients[idx], q_rows, alpha)
         self.received[idx] = st.round
         self.confirmed[idx] = st.round
         for i in idx:
@@ -289,7 +291,7 @@ class FedEMStrategy(Strategy):
             self.confirmed_fresh[i] = self._pending_full[int(i)]
             self.resync_v[i] = self.resync_v[i] and not self._pending_full[int(i)]
         step = algo.server_step(st, self.weights, idx, pi, weighted_sums(q_rows, self.weights[idx], pi), loglik, noise,
-                                geometries, self.alpha)
+                                geometries, alpha)
         # encoded once here, not once per instruction that carries it
         self.updates.append(encode_update(st.downlink.last, algo.broadcast.compressor_at(st.round - 1)))
         failed = sorted(self.partitions[int(c)] for c in pend["active"] if int(c) not in got)
