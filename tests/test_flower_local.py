@@ -16,7 +16,7 @@ from fedemstats.compression import make_compressor  # noqa: E402
 from fedemstats.estimators.mixture import FederatedGaussianMixture  # noqa: E402
 from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem, make_client_app  # noqa: E402
 from fedemstats.flower.records import (compressed_from_record, compressed_to_record,  # noqa: E402
-                                       params_from_records, params_to_records)
+                                       from_array_record, params_from_records, params_to_records)
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.testing import FIRST_NODE_ID, LocalGrid, write_partitions  # noqa: E402
 
@@ -98,6 +98,62 @@ def test_theta0_reaches_the_nodes_as_float32_statistics_or_as_it_is(tmp_path, mo
     assert len(sent) == 2 and (sent[0] is None) == (separation > 0) and (sent[1] is None) == (separation > 0)
     diffs = max_abs_difference(result, reference)
     assert max(diffs.values()) < TOL * max(1.0, separation ** 2), diffs
+
+
+@pytest.mark.parametrize("compressor, participation", [
+    ("dither:s=4", 5),      # the quantised start
+    ("dither:s=1024", 5),   # the float64 start with its mean-field pass
+    ("identity", 1.0),      # exact EM: one exact upload
+])
+def test_flower_logs_the_in_process_ledger_from_round_0_and_sends_theta0_once(data, compressor, participation):
+    """Every round's uplink and downlink bits on Flower are the in-process ledger's, round 0 included;
+    the quantised start's mean-field instruction carries no θ_0 (the node kept it from the upload
+    instruction), and round 0's payload bytes are its ledger bits rounded up to bytes per reply."""
+    folder, parts = data
+    grid, instructions = _grid(folder), []
+    send = grid.send_and_receive
+
+    def spy(messages, **kwargs):
+        instructions.extend(m.content for m in messages)
+        return send(messages, **kwargs)
+
+    grid.send_and_receive = spy
+    settings = FedEMSettings(n_rounds=5, compressor=compressor, participation=participation, seed=11)
+    result = FedEMStrategy(GMMProblem(2), settings).start(grid)
+    reference = reference_run(parts, GMMProblem(2), settings)
+    rows = result["history"]
+    # after the float64 mean-field start, round 1's Δ_i is round-off (V_{0,i} is exact), whose
+    # 1e-16 differences between a node and the in-process pass give other Rice codes: round 0 only
+    checked = 1 if compressor == "dither:s=1024" else len(rows)
+    assert [r["uplink_bits"] for r in rows][:checked] == list(reference.ledger.uplink)[:checked]
+    assert [r["downlink_bits"] for r in rows][:checked] == list(reference.ledger.downlink)[:checked]
+    assert rows[0]["downlink_bytes"] > 0 and rows[0]["reply_bytes"] > rows[0]["payload_bytes"] > 0
+    starts = [c for c in instructions if "config" in c and "start" in c["config"]]
+    if compressor == "dither:s=4":
+        carries_theta = [c for c in starts if "params" in c or "theta" in from_array_record(c["arrays"])]
+        assert len(starts) == 2 * N_PARTS and carries_theta == [c for c in starts if c["config"]["start"] == "upload"]
+        code_bits = rows[0]["uplink_bits"] - 2 * N_PARTS * 64
+        assert 0 <= 8 * rows[0]["payload_bytes"] - code_bits < 8 * 2 * N_PARTS
+    else:
+        assert not starts
+
+
+def test_a_node_that_lost_theta0_between_the_start_transfers_stops_the_run_with_a_clear_error(data, caplog):
+    from flwr.app import RecordDict
+    folder, _ = data
+    grid = _grid(folder)
+    send = grid.send_and_receive
+
+    def forget(messages, **kwargs):
+        starts = [m for m in messages if "config" in m.content and "start" in m.content["config"]]
+        if starts and starts[0].content["config"]["start"] == "mean-field":
+            grid.contexts[grid.node_of_partition(3)].state = RecordDict()  # a restart wipes the node's state
+        return send(messages, **kwargs)
+
+    grid.send_and_receive = forget
+    with pytest.raises(RuntimeError, match=r"round 0 needs every client; partitions \[3\]"):
+        FedEMStrategy(GMMProblem(2), SETTINGS).start(grid)
+    assert "does not hold θ_0" in caplog.text
 
 
 def test_local_grid_matches_federated_gaussian_mixture(data):

@@ -183,6 +183,25 @@ class RoundZero:
         sent = self.model.n_parameters(theta0) * FLOAT64_BITS if message is None else message.size * FLOAT32_BITS
         return int(sent) + START_THETA_FLAG_BITS
 
+    # ------------------------------------------------------------------ what round 0 sends (in process and on Flower)
+    def float_start_bits(self, n, theta0) -> tuple:
+        """(uplink, downlink) bits of the exact or float64 start over ``n`` clients: θ_0 in float64
+        to each client and its exact upload (q float64s and its log-likelihood); the mean-field pass
+        (:meth:`mean_field_pass`) adds Ŝ_0 in float64 to each and a second upload."""
+        q, passes = self.model.q, 1 + int(self.mean_field_pass(n))
+        uplink = passes * n * (q + 1) * FLOAT64_BITS
+        downlink = n * (self.model.n_parameters(theta0) + (passes - 1) * q) * FLOAT64_BITS
+        return int(uplink), int(downlink)
+
+    def quantised_start_bits(self, n, theta0, message, upload_bits, broadcast) -> tuple:
+        """(uplink, downlink) bits of the quantised start over ``n`` clients: the two uploads'
+        ``upload_bits`` (their compressor's count) and a float64 log-likelihood with each; to each
+        client, θ_0 once (:meth:`theta_bits` of :meth:`start_theta`'s ``message``) and the
+        ``broadcast`` of Ŝ_0."""
+        uplink = int(upload_bits) + 2 * n * FLOAT64_BITS
+        downlink = n * (int(round0_compressor().bits(broadcast)) + self.theta_bits(theta0, message))
+        return uplink, int(downlink)
+
     def start_point(self, theta0):
         """(a_0, geometry): E_θ0[s] and the model's geometry at (θ_0, a_0), both public."""
         a0 = np.asarray(self.model.expected_stats(theta0), dtype=np.float64)
@@ -224,19 +243,16 @@ class RoundZero:
     # ------------------------------------------------------------------ in process
     def init_state(self, federation, theta0, rng, ledger, history):
         """Round 0 in process, with its bits in ``ledger`` and its row in ``history``."""
-        model, n, q = self.model, federation.n_clients, self.model.q
+        model, n = self.model, federation.n_clients
         entropy = draw_entropy(rng)
         if self.quantised_start(n):
             start, message = self.start_theta(theta0)
-            state, loglik, uplink, downlink = self._quantised_round_zero(federation, start, entropy)
-            passes, downlink = 2, downlink + n * self.theta_bits(theta0, message)
+            state, loglik, upload_bits, broadcast = self._quantised_round_zero(federation, start, entropy)
+            passes, (uplink, downlink) = 2, self.quantised_start_bits(n, theta0, message, upload_bits, broadcast)
         else:
             state, loglik = self.round_zero(lambda theta: model.client_stats(federation, theta), theta0,
                                             federation.weights, entropy)
-            # the mean-field pass costs one more uncompressed upload and a broadcast of Ŝ_0
-            passes = 1 + int(self.mean_field_pass(n))
-            uplink = n * (q + 1) * FLOAT64_BITS + (passes - 1) * n * q * FLOAT64_BITS
-            downlink = n * model.n_parameters(theta0) * FLOAT64_BITS + (passes - 1) * n * q * FLOAT64_BITS
+            passes, (uplink, downlink) = 1 + int(self.mean_field_pass(n)), self.float_start_bits(n, theta0)
         ledger.record(0, uplink, downlink, n)
         history.append(round=0, loglik=loglik, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
                        step_size=np.nan, h_norm2=self.h_norm2(federation, state.s_hat),
@@ -246,7 +262,7 @@ class RoundZero:
     def _quantised_round_zero(self, federation, theta0, entropy):
         """The quantised start simulated in chunks of clients (as a round's client half).
 
-        Returns ``(state, Σ w_i loglik_i(θ_0), uplink bits, downlink bits besides θ_0)``."""
+        Returns ``(state, Σ w_i loglik_i(θ_0), the two uploads' bits, the broadcast's message)``."""
         n, w = federation.n_clients, federation.weights
         a0, geometry0 = self.start_point(theta0)
         q0, loglik0, bits0 = self._chunked_upload(federation, theta0, a0, geometry0, entropy, "upload")
@@ -256,9 +272,7 @@ class RoundZero:
         q1, loglik1, bits1 = self._chunked_upload(federation, theta1, s0, self.model.geometry(theta1, s0), entropy,
                                                   "mean-field")
         state = self.quantised_state(s0, q1, loglik1, w, entropy)
-        # each upload carries the client's log-likelihood as a float64
-        uplink = bits0 + bits1 + 2 * n * FLOAT64_BITS
-        return state, float(w @ loglik0), uplink, n * int(round0_compressor().bits(message))
+        return state, float(w @ loglik0), bits0 + bits1, message
 
     def _chunked_upload(self, federation, theta, centre, geometry, entropy, transfer):
         n, q = federation.n_clients, self.model.q

@@ -25,7 +25,7 @@ from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
 from .gmm import PROBLEM_TYPES
-from .node_state import NO_ROUND, NodeState, load_state, save_state
+from .node_state import NO_ROUND, NodeState, load_start_theta, load_state, save_start_theta, save_state
 from .records import (compressed_from_record, compressed_to_record, from_array_record, params_from_records,
                       to_array_record)
 from .updates import updates_from_records
@@ -124,8 +124,9 @@ class _Node:
         """Round 0 (:mod:`fedemstats.algorithms.start`). Exact: s̄_i(θ) at the θ sent, or at
         T(Ŝ_0) for the mean-field pass, which also starts the node's state (Ŝ_0 and
         V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes). Quantised
-        (config ``start``; θ_0 arrives as its float32 statistics ``theta`` or, when
-        their rounding is too large, as parameters, see :mod:`fedemstats.algorithms.start`):
+        (config ``start``; θ_0 arrives with the first transfer only, as its float32 statistics
+        ``theta`` or, when their rounding is too large, as parameters, see
+        :mod:`fedemstats.algorithms.start`; the node keeps it for the second):
         s̄_i(θ_0) − E_θ0[s] dithered (``upload``), or, from the server's
         broadcast of Ŝ_0, s̄_i(T(Ŝ_0)) − Ŝ_0 dithered (``mean-field``), whose decoded value
         is V_{0,i}; the node keeps Ŝ_0 and V_{0,i}."""
@@ -149,8 +150,12 @@ class _Node:
         config, content = message.content[P.CONFIG], message.content
         algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
-        theta0 = (algo.received_theta(arrays["theta"]) if "theta" in arrays
-                  else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
+        if transfer == "upload":  # θ_0 travels with the first transfer only: the node keeps it
+            theta0 = (algo.received_theta(arrays["theta"]) if "theta" in arrays
+                      else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
+            save_start_theta(context, entropy, theta0)
+        else:
+            theta0 = load_start_theta(context, entropy)
         a0, geometry0 = algo.start_point(theta0)
         if transfer == "upload":
             stats, loglik = model.client_stats(fed, theta0)

@@ -18,12 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ConfigRecord
 
-from .records import from_array_record, to_array_record
+from .records import from_array_record, params_from_records, params_to_records, to_array_record
 
-__all__ = ["NodeState", "load_state", "save_state", "STATE_ARRAYS", "STATE_META", "NO_ROUND"]
+__all__ = ["NodeState", "load_state", "save_state", "save_start_theta", "load_start_theta",
+           "STATE_ARRAYS", "STATE_META", "NO_ROUND"]
 
 STATE_ARRAYS = "fedem-state"
 STATE_META = "fedem-state-meta"
+#: θ_0 of the quantised start, kept from its first transfer for the second (it travels once)
+START_PARAMS, START_PARAMS_META, START_ENTROPY = "fedem-start-params", "fedem-start-params-meta", "fedem-start-run"
 #: "no round": no pending reply, or no copy of the iterate
 NO_ROUND = -1
 
@@ -84,3 +87,25 @@ def save_state(context, state: NodeState) -> None:
     context.state[STATE_ARRAYS] = to_array_record(**arrays)
     context.state[STATE_META] = ConfigRecord({"entropy": int(state.entropy), "round": int(state.round),
                                               "pending_round": int(state.pending_round)})
+
+
+def save_start_theta(context, entropy, theta) -> None:
+    """Keep the quantised start's θ_0 (parameters, float64 arrays: they come back bit for bit)
+    between its upload and its mean-field transfer, for the run with ``entropy``."""
+    context.state[START_PARAMS], context.state[START_PARAMS_META] = params_to_records(theta)
+    context.state[START_ENTROPY] = ConfigRecord({"entropy": int(entropy)})
+
+
+def load_start_theta(context, entropy):
+    """θ_0 kept by :func:`save_start_theta` for the run with ``entropy``.
+
+    Raises
+    ------
+    ValueError
+        If the node has none (it restarted between the two transfers, or never made the
+        first): round 0 needs every client, so the run stops with the node named.
+    """
+    if START_ENTROPY not in context.state or int(context.state[START_ENTROPY]["entropy"]) != int(entropy):
+        raise ValueError("the quantised start's mean-field transfer reached a node that does not hold θ_0 "
+                         "from its upload transfer (restarted in round 0?); start the run again.")
+    return params_from_records(context.state[START_PARAMS], context.state[START_PARAMS_META])

@@ -24,22 +24,22 @@ from flwr.serverapp.strategy import Strategy
 from .._io import write_atomic
 from ..algorithms.base import draw_entropy
 from ..algorithms.server import decode_messages, memory_update, weighted_sums
-from ..algorithms.start import round0_compressor
 from ..ledger import FLOAT64_BITS
 from ..models._summaries import public_scale
 from . import protocol as P
 from .node_state import NO_ROUND
 from .nodes import NodeRegistry, describe_nodes, pooled_moments, wait_for_nodes
-from .records import compressed_to_record, params_to_records, payload_size, to_array_record, wire_bytes
+from .round_zero import NodesRoundZero
+from .records import payload_size, to_array_record, wire_bytes
 from .updates import encode_update, updates_to_records
-from .validation import InvalidReply, check_round_reply, check_stats_reply, over_bound
+from .validation import InvalidReply, check_round_reply, over_bound
 
 __all__ = ["FedEMStrategy"]
 
 logger = logging.getLogger(__name__)
 
 
-class FedEMStrategy(Strategy):
+class FedEMStrategy(NodesRoundZero, Strategy):
     """FedEM over a Flower ``Grid``; the server keeps Ŝ, V and a mirror of every V_i.
 
     Parameters
@@ -86,17 +86,7 @@ class FedEMStrategy(Strategy):
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
         entropy = draw_entropy(self.rng)
         n = len(self.partitions)
-        if algo.quantised_start(n):
-            self.state, loglik = self._quantised_start(grid, theta0, entropy)
-            mean_field = True
-        else:
-            upload0 = self._collect_stats(grid, {"entropy": entropy}, params=theta0)
-            point = algo.mean_field_point(upload0[0], self.weights)
-            # the mean-field pass sends Ŝ_0 itself: the nodes keep it and their V_{0,i}
-            upload1 = None if point is None else self._collect_stats(
-                grid, {"entropy": entropy}, s_hat=self.weights @ upload0[0])
-            self.state, loglik = algo.initial_state(upload0, upload1, self.weights, entropy)
-            mean_field = upload1 is not None
+        self.state, loglik, mean_field, traffic = self.round_zero(grid, theta0, entropy)
         self.alphas = algo.resolved_alphas(algo.client_geometry(self.model.t_map(self.state.s_hat), self.state.s_hat))
         self.received = np.full(n, NO_ROUND, dtype=np.int64)
         # the round each node is known to hold (it answered an instruction of that round), and
@@ -106,67 +96,7 @@ class FedEMStrategy(Strategy):
         self.resync_v = np.full(n, not mean_field)
         self.updates = [None]  # update j turns Ŝ_{j-1} into Ŝ_j, as it travels (encode_update)
         self._log_round(round=0, n_sampled=n, n_active=n, failed_partitions=[], refused_partitions=[], loglik=loglik,
-                        step_size=float("nan"), uplink_bits=0, reply_bytes=0, payload_bytes=0)
-
-    def _collect_stats(self, grid, config, params=None, **arrays):
-        """s̄_i of every client (uncompressed) at θ = ``params`` or at T(``s_hat``)."""
-        rows = self._round_zero_replies(grid, config, params, None, lambda content, pid: check_stats_reply(
-            content, self.model.q, pid, self.registry.rows_of[pid]), **arrays)
-        return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
-
-    def _quantised_start(self, grid, theta0, entropy):
-        """The quantised mean-field start (:mod:`fedemstats.algorithms.start`) over the nodes:
-        the upload at θ_0, the broadcast of Ŝ_0, the mean-field upload; returns ``(state, loglik)``."""
-        algo, s, q = self.algorithm, self.settings, self.model.q
-        config = {"entropy": entropy, "compressor": s.compressor, "precondition": s.precondition,
-                  "downlink": s.downlink_compressor}
-        # θ_0 travels as its float32 statistics (array ``theta``) when their rounding is small, else
-        # as it is; every side starts from the same θ
-        theta0, message = algo.start_theta(theta0)
-        params, arrays = (theta0, {}) if message is None else (None, {"theta": message})
-        a0, geometry0 = algo.start_point(theta0)
-
-        def check(blocks):
-            return lambda content, pid: check_round_reply(content, round0_compressor(), q, blocks, pid,
-                                                          self.registry.rows_of[pid])
-        up0 = self._round_zero_replies(grid, {**config, "start": "upload"}, params, None, check(geometry0.blocks),
-                                       **arrays)
-        q0, _, _ = decode_messages(round0_compressor(), [m for m, _ in up0], geometry0, q)
-        broadcast, s0 = algo.start_broadcast(a0, geometry0, q0, self.weights, entropy)
-        theta1 = self.model.t_map(s0)
-        geometry1 = self.model.geometry(theta1, s0)
-        up1 = self._round_zero_replies(grid, {**config, "start": "mean-field"}, params, broadcast,
-                                       check(geometry1.blocks), **arrays)
-        q1, _, _ = decode_messages(round0_compressor(), [m for m, _ in up1], geometry1, q)
-        state = algo.quantised_state(s0, q1, [ll for _, ll in up1], self.weights, entropy)
-        return state, float(self.weights @ np.array([ll for _, ll in up0]))
-
-    def _round_zero_replies(self, grid, config, params, payload, check, **arrays):
-        """Every client's checked round-0 reply (``check(content, pid)``), in client order."""
-        messages = []
-        for client, pid in enumerate(self.partitions):
-            content = self._content(client, config, **self._public(), **arrays)
-            if params is not None:
-                content[P.PARAMS], content[P.PARAMS_META] = params_to_records(params)
-            if payload is not None:
-                content[P.PAYLOAD] = compressed_to_record(round0_compressor(), payload)
-            messages.append(Message(content, dst_node_id=self.registry.node_of[pid], message_type=P.STATS))
-        by_pid = {}
-        # round 0 needs everyone, so it waits as long as for the nodes to connect
-        pid_of_node = {m.metadata.dst_node_id: int(self.partitions[c]) for c, m in enumerate(messages)}
-        for reply in grid.send_and_receive(messages, timeout=self.settings.node_wait):
-            pid = pid_of_node.get(int(reply.metadata.src_node_id))
-            if reply.has_error() or pid is None:
-                continue
-            try:
-                by_pid[pid] = check(reply.content, pid)
-            except InvalidReply as exc:
-                logger.warning("round 0: reply of partition %d refused: %s", pid, exc)
-        missing = sorted(set(self.partitions) - set(by_pid))
-        if missing:
-            raise RuntimeError(f"round 0 needs every client; partitions {missing} did not answer validly "
-                               "(see the log).")
-        return [by_pid[pid] for pid in self.partitions]
+                        step_size=float("nan"), **traffic)
 
     def _public(self) -> dict:
         """The model's public constructor arrays every instruction carries: the shift and the column
