@@ -17,8 +17,9 @@ So the first :data:`FINE_START_ROUNDS` rounds after round 0 use dithering at
 statistics finely, so the coarse quantiser carries only the later, small moves.
 
 Measured at ``dither:s=4`` (share of runs ending within 1e-3 nats per row of exact EM's
-optimum, without → with the fine start): Portal iid / full 0/48 → 16/48, het / full 3/48 →
-31/48 (48 streams, 150 rounds), iid / diag 11/16 → 16/16, het / diag 16/16 → 16/16. Fine
+optimum, without → with the fine start): Portal iid / full 0/48 → 23/48, het / full 3/48 →
+44/48 (48 streams, 150 rounds; 16/48 and 31/48 before the fine α below), iid / diag 11/16 →
+16/16, het / diag 16/16 → 16/16. Fine
 rounds on one link only, or at 16 or 32 levels, land far less often (``docs/fedem.md``). Fewer do not do it
 (one round: 0/16 on both full rows; two: 3/16 and 6/16). More fine rounds
 raise the first (5: 9/16, 8: 13/16, 12: 15/16), but each costs about 2.5 times the bits of a
