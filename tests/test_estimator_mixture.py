@@ -4,6 +4,7 @@ import pytest
 from sklearn.mixture import GaussianMixture
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from fedemstats.algorithms.fine_start import FINE_START_ROUNDS
 from fedemstats.estimators.mixture import FederatedGaussianMixture
 from fedemstats.federation import partition_dirichlet
 
@@ -119,14 +120,16 @@ def test_dithering_sends_far_fewer_uplink_bits():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 6)) + np.repeat(np.eye(6)[:3] * 6, 200, axis=0)
     groups = np.repeat(np.arange(12), 50)
-    kw = dict(n_components=3, covariance_type="full", max_iter=6, tol=0.0, random_state=0)
+    kw = dict(n_components=3, covariance_type="full", max_iter=FINE_START_ROUNDS + 6, tol=0.0, random_state=0)
     ident = FederatedGaussianMixture(**kw).fit(X, groups=groups)
     dith = FederatedGaussianMixture(compressor="dither:s=4", **kw).fit(X, groups=groups)
     q = 3 + 3 * 6 + 3 * 6 * 7 // 2  # full covariances travel as packed upper triangles
     assert q >= 80
-    # rounds >= 1 carry the compressed messages (round 0 is the uncompressed initialisation);
-    # both include each client's 64-bit log-likelihood
-    up_ident, up_dith = ident.history_["uplink_bits"][1:], dith.history_["uplink_bits"][1:]
+    # the rounds after the fine start carry dither:s=4's messages (round 0 is the start, the fine
+    # start's rounds dither at 64 levels); both include each client's 64-bit log-likelihood
+    after = slice(FINE_START_ROUNDS + 1, None)
+    up_ident, up_dith = ident.history_["uplink_bits"][after], dith.history_["uplink_bits"][after]
+    assert len(up_dith) == 5  # rounds FINE_START_ROUNDS + 1 ... max_iter - 1
     assert (up_ident == 12 * (64 * q + 64)).all()
     # against the full-matrix layout the first release sent (q = 129): ten times fewer; against
     # the packed identity (a third cheaper itself) the per-block float32 norms of 7 small blocks
