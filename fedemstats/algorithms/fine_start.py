@@ -55,7 +55,8 @@ import functools
 
 from ..compression import make_compressor
 
-__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "fine_start_compressor", "fine_rounds", "round_compressor", "round_alpha"]
+__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "fine_start_compressor", "fine_rounds", "round_compressor",
+           "round_alpha"]
 
 #: Rounds after round 0 that run at :data:`FINE_START_LEVELS` (see the module's measurements).
 FINE_START_ROUNDS = 5
