@@ -5,7 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedemstats._demo import (DEMO_COMPONENTS, DEMO_ROUNDS, REFERENCE_MAX_ITER, SUMMARY_COLUMNS,
+                              TARGET_GAP, demo_data, demo_methods, reference_loglik)
 from fedemstats.cli import main
+from fedemstats.estimators import FederatedGaussianMixture
 
 
 @pytest.fixture
@@ -41,20 +44,39 @@ def test_fit_errors_are_reported_not_raised(csv_path, tmp_path, capsys):
     assert "'nope' (--client-column) is not in" in capsys.readouterr().err
 
 
-def test_demo_writes_plot_and_shows_fedem_beating_naive(tmp_path, capsys):
-    code = main(["demo", "--out", str(tmp_path), "--rounds", "60"])
-    assert code == 0
+def test_demo_shows_fedem_at_defaults_within_target_on_a_tenth_of_exact_ems_bits(tmp_path, capsys):
+    """Issue 12 item 5: exact EM, FedEM at defaults and naive compressed EM on a problem where exact
+    EM needs at least 30 rounds; what the bits plot shows must be true. (This test was named
+    "fedem beating naive" and asserted only that a PNG and a CSV were written.)"""
+    assert main(["demo", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "demo_convergence.png").stat().st_size > 10_000
+    summary = pd.read_csv(tmp_path / "demo_summary.csv").set_index("method")
+    exact, fedem, naive = (summary.loc[name] for name in demo_methods(1))
+    assert exact["rounds_to_target"] >= 30
+    assert fedem["bits_vs_exact"] <= 0.25  # bench_bits' threshold at full participation; measured 0.095
+    assert np.isnan(naive["rounds_to_target"]) and naive["last_gap"] > 10 * TARGET_GAP  # its bias floor
     table = pd.read_csv(tmp_path / "demo_table.csv")
-    assert not table.empty
+    last = table[table["round"] == DEMO_ROUNDS].set_index("method")["gap"]
+    assert last[list(demo_methods(1))[1]] < TARGET_GAP
     assert "FedEM" in capsys.readouterr().out
+
+
+def test_demo_gap_is_measured_from_a_converged_exact_run():
+    """The reference is exact EM's fixed point: from the same start, more rounds do not climb."""
+    X, groups, _ = demo_data()
+    ll_ref = reference_loglik(X, groups)
+    longer = FederatedGaussianMixture(DEMO_COMPONENTS, algorithm="em", tol=0.0, max_iter=REFERENCE_MAX_ITER,
+                                      random_state=0).fit(X, groups=groups)
+    assert abs(longer.history_["loglik"].iloc[-1] - ll_ref) < 1e-8
 
 
 def test_demo_csv_has_a_round_column(tmp_path, capsys):
     """The CSV used to lose its rounds (they were the pivot's index, dropped by index=False)."""
     assert main(["demo", "--out", str(tmp_path), "--rounds", "3"]) == 0
     table = pd.read_csv(tmp_path / "demo_table.csv")
-    assert list(table.columns) == ["method", "round", "loglik", "h_norm2", "cumulative_Mbit"]
+    assert list(table.columns) == ["method", "round", "loglik", "gap", "h_norm2", "cumulative_Mbit"]
+    summary = pd.read_csv(tmp_path / "demo_summary.csv")
+    assert list(summary.columns) == list(SUMMARY_COLUMNS) and summary["method"].nunique() == 3
     assert table["method"].nunique() == 3
     for _, rows in table.groupby("method"):
         assert rows["round"].tolist() == [0, 1, 2, 3]  # tabulated rounds up to --rounds, last one included

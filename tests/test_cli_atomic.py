@@ -126,7 +126,7 @@ def test_disk_full_keeps_existing_outputs_and_reports_one_line(command, tmp_path
     if command == "demo":
         folder = tmp_path / "demo"
         folder.mkdir()
-        outputs = [folder / "demo_table.csv", folder / "demo_convergence.png"]
+        outputs = [folder / "demo_table.csv", folder / "demo_summary.csv", folder / "demo_convergence.png"]
         argv = ["demo", "--out", str(folder), "--rounds", "1"]
     else:
         outputs = [tmp_path / "result.out"]
