@@ -5,6 +5,7 @@ import pytest
 from fedemstats.federation import Federation
 from fedemstats.models import _gmm_kernels as kernels
 from fedemstats.models.gmm import GaussianMixtureModel, _kernel_arrays, estimate_log_prob_resp, make_params
+from fedemstats.models._whiten_kernels import MAX_PACKED_FEATURES, PackedWhitening
 from fedemstats.models.gmm_geometry import MomentWhitening
 
 TYPES = ["full", "tied", "diag", "spherical"]
@@ -151,3 +152,21 @@ def test_packed_whitening_does_not_depend_on_the_thread_count_or_the_batch():
     for y in results[1:]:
         assert np.array_equal(y, results[0])
     assert np.array_equal(geo.forward(x[ROW_CHUNK + 1:2 * ROW_CHUNK + 2]), results[0][ROW_CHUNK + 1:2 * ROW_CHUNK + 2])
+
+
+def test_wide_full_mixtures_whiten_with_the_moment_algebra():
+    """Above MAX_PACKED_FEATURES the sandwich matrices would hold t² terms per component (d = 64:
+    4.3 million); the geometry then uses the moment algebra on the packed layout, and agrees."""
+    d = MAX_PACKED_FEATURES + 1
+    rng = np.random.default_rng(8)
+    model = GaussianMixtureModel(2, d, "full", shift=np.zeros(d))
+    A = rng.normal(size=(2, d, d))
+    theta = make_params(np.array([0.4, 0.6]), rng.normal(size=(2, d)), A @ np.swapaxes(A, 1, 2) / d + np.eye(d),
+                        covariance_type="full")
+    wide = model.geometry(theta, model.expected_stats(theta))
+    assert wide._packed is None and model.layout.is_symmetric("sum_xx")
+    x = rng.normal(size=(4, model.q))
+    y = wide.forward(x)
+    packed = PackedWhitening(False, wide.map.m, wide.map.L, wide.map.L_inv, wide.map.L2, wide.map.L2_inv)
+    assert np.allclose(packed.apply(x, True), y, rtol=1e-10, atol=1e-10)
+    assert np.allclose(wide.inverse(y), x, rtol=1e-9, atol=1e-9)

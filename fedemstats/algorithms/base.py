@@ -21,7 +21,7 @@ from ..compression import make_compressor
 from ..ledger import BitLedger
 from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
-from .broadcast import Broadcast
+from .broadcast import Broadcast, snap_point
 from .controller import StepController
 from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor
 from .server import check_iterate, direction
@@ -235,14 +235,20 @@ class Algorithm(RoundZero):
             hy = coords.forward(h[None, :])[0]
             noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
+            base, snap = state.s_hat, None
             if ctl.safeguard:
                 ratio = ctl.trust_ratio(cs, self.broadcast.noise_level(state.downlink, coords, k))
-                step, fraction, inside = self._safe_step(geometry, state.s_hat, h, gamma, ratio)
+                step, fraction, inside, snap = self._safe_step(geometry, state.s_hat, h, gamma, ratio)
             else:
                 ratio, step, fraction, inside = np.nan, gamma * h, 1.0, None
-            u, bits, scale = self.broadcast.send(state.downlink, step, coords, inside, state.entropy, k)
+            if snap is not None and self.broadcast.lossless:
+                step = snap - state.s_hat + step  # the float64 step carries the snap itself
+            elif snap is not None:
+                base = snap
+            u, bits, scale = self.broadcast.send(state.downlink, step, coords, inside, state.entropy, k,
+                                                 snapped=base is snap)
             ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale)
-            state.s_hat = state.s_hat + u
+            state.s_hat = base + u
             row.update(step_size=gamma, step_fraction=fraction, trust_ratio=ratio, broadcast_bits=bits,
                        noise_ratio=cs.noise_ratio)
             check_iterate(state.s_hat, k + 1, gamma, state.scale)
@@ -250,34 +256,30 @@ class Algorithm(RoundZero):
         return row
 
     def _safe_step(self, geometry, s_hat, h, gamma, ratio):
-        """The safeguarded step from Ŝ along H: (step, fraction, inside).
+        """The safeguarded step from Ŝ along H: (step, fraction, inside, snap).
 
         ``fraction`` is the trust region's share of γ H and ``inside(u)`` tells whether a
-        (quantised) step ``u`` keeps the iterate in the region, both with the round's ``ratio``
-        (:meth:`.controller.StepController.trust_ratio`). When Ŝ itself lies outside
-        (T had to repair it: an indefinite start, a Heywood case, a noisy collapse), no
-        fraction of any step is inside; the step then first *snaps* Ŝ to the statistics the
-        current model implies, E_θ[s] with θ = T(Ŝ) (which T maps back to the same θ, so the
-        fixed point is untouched), and moves from there along H + Ŝ − E_θ[s], the mean field
-        at the snapped point.
+        (quantised) step ``u`` from where the step starts keeps the iterate in the region, both
+        with the round's ``ratio`` (:meth:`.controller.StepController.trust_ratio`). The step
+        starts at Ŝ (``snap`` None) unless Ŝ itself lies outside (T had to repair it: an
+        indefinite start, a Heywood case, a noisy collapse, a variance that one step took to
+        the floor), when no fraction of any step is inside. The step then first *snaps* Ŝ to
+        the statistics the current model implies, ``snap`` = E_θ[s] with θ = T(Ŝ) (which T maps
+        back to the same θ, so the fixed point is untouched), and moves from there along
+        H + Ŝ − E_θ[s], the mean field at the snapped point. The snap is public (every client
+        computes it from Ŝ, :func:`.broadcast.snap_point`): only the move is quantised.
         """
         if geometry.contains(s_hat, np.zeros_like(h), ratio):
             fraction = geometry.step_fraction(s_hat, gamma * h, ratio)
-            return fraction * gamma * h, fraction, lambda u: geometry.contains(s_hat, u, ratio)
+            return fraction * gamma * h, fraction, lambda u: geometry.contains(s_hat, u, ratio), None
         try:
-            snap = self.model.expected_stats(self.model.t_map(s_hat))
+            snap = snap_point(self.model, s_hat)
         except NotImplementedError:
-            return gamma * h, 1.0, None
-        theta = self.model.t_map(snap)
-        region = self.model.geometry(theta, snap)
+            return gamma * h, 1.0, None, None
+        region = self.model.geometry(self.model.t_map(snap), snap)
         h_snap = h + (s_hat - snap)
         fraction = region.step_fraction(snap, gamma * h_snap, ratio)
-        offset = snap - s_hat
-
-        def inside(u):
-            return region.contains(snap, u - offset, ratio)
-
-        return offset + fraction * gamma * h_snap, fraction, inside
+        return fraction * gamma * h_snap, fraction, lambda u: region.contains(snap, u, ratio), snap
 
     # ------------------------------------------------------------------ hooks
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):

@@ -13,7 +13,13 @@ the fixed point like the direction it carries.
 A client that missed rounds (partial participation) catches up with the missed updates or
 with one full Ŝ (64 q bits), whichever is fewer bits. A rejected step (the safeguard's
 watchdog) is undone by a one-bit "revert" (every client kept the accepted iterate's
-updates). The ledger counts exactly these bits.
+updates). A step that starts by *snapping* an iterate T had to repair to the statistics of
+its own model, E_θ[s] with θ = T(Ŝ) (``Algorithm._safe_step``), travels as a one-bit "snap"
+flag and the quantised move from there: every party computes the snap from the public Ŝ, so
+it costs one bit and carries no quantisation noise. Quantised with the move, the snap's
+offset (up to 540 whitened units on the digits, where a component's pixel variance sits at
+the floor) drowned the move in noise, every redraw left the region and the fit froze.
+The ledger counts exactly these bits.
 """
 from __future__ import annotations
 
@@ -27,17 +33,20 @@ from .controller import running_average
 from .fine_start import round_compressor
 from .streams import round_streams
 
-__all__ = ["Broadcast", "BroadcastState", "replay", "SERVER_STREAM", "REVERT_BITS", "REQUANTISE_TRIES",
-           "UPDATE_KINDS"]
+__all__ = ["Broadcast", "BroadcastState", "replay", "snap_point", "SERVER_STREAM", "REVERT_BITS", "SNAP_BITS",
+           "REQUANTISE_TRIES", "UPDATE_KINDS"]
 
 #: How one broadcast update travels: a quantised step ("message"), the float64 step ("float",
-#: lossless downlink), no move ("zero") or undoing the last step ("revert").
-UPDATE_KINDS = ("message", "float", "zero", "revert")
+#: lossless downlink), no move ("zero"), undoing the last step ("revert"), or the snap of the
+#: iterate to E_θ[s] followed by a quantised move or none ("snap", module docstring).
+UPDATE_KINDS = ("message", "float", "zero", "revert", "snap")
 
 #: The stream id of the server's own quantisation noise (clients are 0 ... n − 1 < 2**32 − 1).
 SERVER_STREAM = 2**32 - 1
 #: A rejected step is undone by a flag: the clients hold the accepted iterate's updates.
 REVERT_BITS = 1
+#: The flag that tells the clients to snap their copy to E_θ[s] before the move.
+SNAP_BITS = 1
 #: A quantised step that leaves the trust region is redrawn at half the step this many times
 #: (then the round does not move).
 REQUANTISE_TRIES = 4
@@ -126,10 +135,14 @@ class Broadcast:
         bs.synced[active] = round_
         return int(bits.sum())
 
-    def send(self, bs, step, coords, inside, entropy, round_):
+    def send(self, bs, step, coords, inside, entropy, round_, snapped=False):
         """The public update for ``step`` (q,): (u, bits, scale), ``u`` ≈ scale · step (scale 1,
         1/2, ... after redraws for which ``inside(u)`` was False, 0 if none was; ``inside``
-        None skips the check); ``bs.last`` is what travels."""
+        None skips the check); ``bs.last`` is what travels.
+
+        ``snapped``: ``step`` is the move from the snap :func:`snap_point` (lossy downlinks
+        only; a lossless one sends the whole step in float64), which the update's flag tells the
+        clients to make first."""
         bs.reverts.append(False)
         if self.lossless:
             bs.update_bits.append(self.full_bits)
@@ -145,10 +158,11 @@ class Broadcast:
             scale *= 0.5
         else:
             u, message, scale = np.zeros_like(step), None, 0.0
-        bits = compressor.bits(message) if message is not None else REVERT_BITS
+        flag = SNAP_BITS if snapped else 0
+        bits = flag + (compressor.bits(message) if message is not None else (0 if snapped else REVERT_BITS))
         self._measure(bs, compressor, message)
         bs.update_bits.append(int(bits))
-        bs.last = ("message", message) if message is not None else ("zero", None)
+        bs.last = ("snap" if snapped else "message" if message is not None else "zero", message)
         return u, int(bits), scale
 
     def noise_level(self, bs, coords, round_) -> float:
@@ -186,6 +200,12 @@ class Broadcast:
         return make_compressor(downlink)
 
 
+def snap_point(model, s_hat):
+    """E_θ[s] with θ = T(``s_hat``), shape (q,): where a "snap" update moves an iterate T had to
+    repair (T maps it back to the same θ). Server and clients compute it from the public Ŝ."""
+    return np.asarray(model.expected_stats(model.t_map(s_hat)), dtype=np.float64)
+
+
 def replay(algorithm, s_hat, prev, updates, first):
     """A client brings its copy of the iterate up to date with the updates it missed.
 
@@ -200,7 +220,7 @@ def replay(algorithm, s_hat, prev, updates, first):
         The iterate before its last non-revert update (where a revert returns).
     updates : list of (kind, payload)
         In order; ``kind`` in :data:`UPDATE_KINDS`, ``payload`` a Message or its encoded
-        ``bytes`` ("message"), an array ("float") or None.
+        ``bytes`` ("message", "snap"), an array ("float") or None ("snap" without a move).
     first : int
         The number j of the first update (it turns Ŝ_{j−1} into Ŝ_j and was sent in round
         j − 1, whose compressor decodes it: :meth:`Broadcast.compressor_at`).
@@ -216,12 +236,15 @@ def replay(algorithm, s_hat, prev, updates, first):
             s_hat = prev
             continue
         prev = s_hat
-        if kind == "message":
-            coords = algorithm.client_geometry(algorithm.model.t_map(s_hat), s_hat)
-            compressor = algorithm.broadcast.compressor_at(j - 1)
-            if isinstance(payload, bytes):  # as a framework carries it: Compressor.encode's row
-                payload = compressor.decode([payload], algorithm.model.q, coords.blocks)
-            s_hat = s_hat + coords.inverse(compressor.decompress(payload))[0]
+        if kind in ("message", "snap"):
+            base = snap_point(algorithm.model, s_hat) if kind == "snap" else s_hat
+            if payload is not None or kind == "message":
+                coords = algorithm.client_geometry(algorithm.model.t_map(s_hat), s_hat)
+                compressor = algorithm.broadcast.compressor_at(j - 1)
+                if isinstance(payload, bytes):  # as a framework carries it: Compressor.encode's row
+                    payload = compressor.decode([payload], algorithm.model.q, coords.blocks)
+                base = base + coords.inverse(compressor.decompress(payload))[0]
+            s_hat = base
         elif kind == "float":
             s_hat = s_hat + np.asarray(payload, dtype=np.float64)
         elif kind != "zero":

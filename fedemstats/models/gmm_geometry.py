@@ -20,7 +20,7 @@ import numpy as np
 from ._geometry import (MIN_WEIGHT, Geometry, as_rows, build_geometry, log_fallback,
                         min_eigenvalue, split_blocks, whitening_factors)
 from ._mixture import RESP_FLOOR
-from ._whiten_kernels import PackedWhitening
+from ._whiten_kernels import MAX_PACKED_FEATURES, PackedWhitening
 from .gmm_params import covariance_matrices
 
 __all__ = ["MomentWhitening", "GMMGeometry", "gmm_geometry"]
@@ -167,7 +167,7 @@ class GMMGeometry(Geometry):
         # packed full / tied second moments: the map as matrices on the stored rows (the
         # moment algebra unpacks them to (m, K, d, d) temporaries; see _whiten_kernels)
         self._packed = None
-        if ct in ("full", "tied") and model.layout.is_symmetric("sum_xx"):
+        if ct in ("full", "tied") and model.layout.is_symmetric("sum_xx") and d <= MAX_PACKED_FEATURES:
             mw = self.map
             self._packed = PackedWhitening(ct == "tied", mw.m, mw.L, mw.L_inv, mw.L2, mw.L2_inv)
 
