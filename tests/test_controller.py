@@ -3,6 +3,7 @@ end-to-end tests only see through whole fits."""
 import numpy as np
 
 from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
+                                              DROP_SIGMAS, DROP_TOL_FRACTION,
                                               ROUNDOFF, STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
 
@@ -177,3 +178,34 @@ def test_a_drop_within_the_estimates_noise_after_a_rejection_keeps_the_watchdog(
     assert not ctl.rejects(cs, -1.0, var, tol)
     ctl.accept(cs, np.zeros(3), -1.0, var, 0.15, 1.0)
     assert not ctl.rejects(cs, -1.001, var, tol) and not cs.descending
+
+
+def test_a_drop_the_steps_own_noise_explains_is_not_undone():
+    """An unbiased quantised step changes ℓ by its expected gain plus up to ‖P h‖ ‖e‖ (its first-order
+    noise; dithering puts the error on the step's largest coordinates). Raw digits imputer, dither:s=4:
+    drops of 2-2.3 of that below the expected gain were undone, a third of the rounds, and the fit
+    stalled. Within DROP_SIGMAS of it a drop stands; beyond it, it is still undone."""
+    tol, total, noise, downlink, gamma = 1e-4, 2.4e-4, 1.2e-5, 0.5, 0.36
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-84.8)
+    ctl.gamma(cs, 5, noise, total)
+    ctl.accept(cs, np.zeros(3), -84.8, 0.0, gamma, 1.0, downlink)
+    sigma = gamma * np.sqrt((total - noise) * (noise + downlink * total))
+    np.testing.assert_allclose(cs.step_sigma, sigma, rtol=1e-12)
+    assert 2.0 * sigma > DROP_TOL_FRACTION * tol  # the case met: beyond the old threshold
+    assert not ctl.rejects(cs, -84.8 - 2.0 * sigma, 0.0, tol)
+    ctl.accept(cs, np.zeros(3), -84.8 - 2.0 * sigma, 0.0, gamma, 1.0, downlink)
+    assert ctl.rejects(cs, -84.8 - 2.0 * sigma - DROP_SIGMAS * cs.step_sigma - tol, 0.0, tol)
+
+
+def test_a_step_without_noise_or_after_a_rejection_has_no_spread():
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    ctl.gamma(cs, 5, 0.0, 1.0)
+    ctl.accept(cs, np.zeros(3), -1.0, 0.0, 0.5, 1.0, 0.0)
+    assert cs.step_sigma == 0.0  # noiseless step: the watchdog is as before
+    ctl.gamma(cs, 6, 0.1, 1.0)
+    ctl.accept(cs, np.zeros(3), -1.0, 0.0, 0.5, 1.0, 0.2)
+    assert cs.step_sigma > 0.0
+    ctl.reject(cs)
+    assert cs.step_sigma == 0.0  # the iterate returned to was not reached by a noisy step

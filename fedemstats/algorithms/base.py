@@ -247,7 +247,8 @@ class Algorithm(RoundZero):
                 base = snap
             u, bits, scale = self.broadcast.send(state.downlink, step, coords, inside, state.entropy, k,
                                                  snapped=base is snap)
-            ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale)
+            ctl.accept(cs, state.s_hat, ll, var, gamma, fraction * scale,
+                       self.broadcast.noise_level(state.downlink, coords, k))
             state.s_hat = base + u
             row.update(step_size=gamma, step_fraction=fraction, trust_ratio=ratio, broadcast_bits=bits,
                        noise_ratio=cs.noise_ratio)
