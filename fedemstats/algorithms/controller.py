@@ -131,6 +131,12 @@ class ControllerState:
     step_sigma: float = 0.0
 
     @property
+    def field_sq(self) -> float:
+        """‖P h‖², the squared mean field in the model's geometry, estimated as E‖P H‖² − Var P H
+        of the running averages (clipped at 0: both are estimates)."""
+        return max(self.total_avg - self.noise_avg, 0.0)
+
+    @property
     def noise_ratio(self) -> float:
         """Var H / E‖H‖² of the running averages (the uplink's relative noise); NaN before
         any measurement or when E‖H‖² is 0."""
@@ -294,8 +300,8 @@ class StepController:
         step's gain is ½‖P h‖²). Dithering's error is largest on the largest coordinates, which
         are those of g, so the Cauchy-Schwarz bound ‖g‖ ‖e‖ is used, not an isotropic guess:
         measured on the raw digits imputer (64 features, ``dither:s=4``), the drops that
-        made the watchdog undo every third step and stall 0.006 nats/row short of exact EM's
-        solution were at 2.0 to 2.3 of this bound below their expected gain."""
+        made the watchdog undo 69 of 329 rounds (exact EM: 69 rounds) were 2.0 to 2.3 of this
+        bound below their expected gain."""
         cs.accepted = (s_hat.copy(), loglik, variance)
         cs.reverted = False
         cs.gamma_prev = gamma
@@ -305,9 +311,8 @@ class StepController:
             cs.step_sigma = 0.0
             return
         # the noise estimates are unbiased, not positive: a negative one is no spread
-        signal = max(cs.total_avg - cs.noise_avg, 0.0)
         spread = max(cs.noise_avg + max(downlink_noise, 0.0) * cs.total_avg, 0.0)
-        cs.step_sigma = float(cs.last_move * np.sqrt(signal * spread))
+        cs.step_sigma = float(cs.last_move * np.sqrt(cs.field_sq * spread))
 
     def converged(self, cs, loglik, variance, tol) -> tuple:
         """The convergence test of this round; returns (converged, gain per unit step).
@@ -343,7 +348,7 @@ class StepController:
             # a mini-batch log-likelihood carries sampling noise no variance here accounts for:
             # such runs go to max_iter (as online EM's fixed number of passes)
             return False, gain
-        field = 0.5 * max(cs.total_avg - cs.noise_avg, 0.0)
+        field = 0.5 * cs.field_sq
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
         # error has a variance ≈ γ / (2 − γ) · Var P H, which costs half that in log-likelihood;
         # a step too large for the noise never gets within tol, so it must not say it did
