@@ -1,8 +1,9 @@
 """The server's step controller on its own (fedemstats.algorithms.controller): the decisions the
 end-to-end tests only see through whole fits."""
 import numpy as np
+import pytest
 
-from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
+from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, NOISE_STEP_MAX, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
                                               DROP_SIGMAS, DROP_TOL_FRACTION,
                                               ROUNDOFF, STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
@@ -127,6 +128,23 @@ def test_a_smallest_step_is_not_undone_and_the_watchdog_stands_down_until_a_gain
     ctl.accept(cs, np.zeros(3), -1.015, 0.0, 0.3, 1.0)  # a gain: the watchdog is back
     assert not cs.descending
     assert ctl.rejects(cs, -1.02, 0.0, tol)
+
+
+def test_the_floor_bounds_the_noise_a_step_carries_in_the_geometry():
+    """Noise far above the signal: "auto" wants γ ≈ 0, and its floor is the γ whose noise
+    γ √(Var P H) is NOISE_STEP_MAX (below AUTO_GAMMA_MIN), a step at the smallest γ. In raw
+    coordinates (``geometric=False``) a length has no scale: the floor stays AUTO_GAMMA_MIN."""
+    noise = 1e4  # Var P H
+    for geometric, floor in ((True, NOISE_STEP_MAX / np.sqrt(noise)), (False, AUTO_GAMMA_MIN)):
+        ctl = StepController(None, stochastic=True, geometric=geometric)
+        cs = _accepted(ctl, ll=-1.0)
+        gamma = ctl.gamma(cs, 5, noise, 0.99 * noise)  # the estimated field is 0
+        assert gamma == pytest.approx(floor, rel=1e-12) and cs.smallest
+    assert NOISE_STEP_MAX / np.sqrt(noise) < AUTO_GAMMA_MIN
+    # a moderate noise leaves the floor where it was
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    assert ctl.gamma(cs, 5, 4.0, 4.04) == AUTO_GAMMA_MIN
 
 
 def test_a_drop_after_a_step_above_the_floor_is_still_undone():

@@ -154,7 +154,7 @@ class Algorithm(RoundZero):
         stochastic = self.stochastic(n_clients)
         adaptive = isinstance(self.step_size, str) and self.step_size == "auto" and stochastic
         return StepController(None if adaptive else self.schedule(n_clients, budget), stochastic, self.safeguard,
-                              watchdog=self.full_batches())
+                              watchdog=self.full_batches(), geometric=self.precondition and self.omega() > 0.0)
 
     def client_geometry(self, theta, s_hat):
         """Where clients compress: the model's geometry at (θ, Ŝ), unless ``precondition=False``

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..models._geometry import TRUST_RATIO
 
-__all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH", "NOISE_MEMORY",
+__all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "NOISE_STEP_MAX", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
            "STOCHASTIC_TOL_FRACTION", "WINDOW_SE_FRACTION", "MINIBATCH_DECAY", "ROUNDOFF",
            "running_average", "TRUST_SIGMAS"]
@@ -36,6 +36,11 @@ __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "AUTO_GROWTH",
 #: "auto" never steps below this: the safeguard (not a vanishing step) handles a noisy round,
 #: and a floor keeps a run whose noise estimate spiked from freezing.
 AUTO_GAMMA_MIN = 0.01
+#: ... except that its noise, γ √(Var P H), never moves the iterate further than this per round in
+#: the model's geometry (where a fitted block is of order 1): there the floor walked the iterate by
+#: a whitened unit per round, each walk changed the geometry and with it the memories' errors
+#: measured in it, and those errors fed the noise (breast cancer imputer, p = 0.5, tests/test_imputer.py).
+NOISE_STEP_MAX = 0.1
 #: "auto" may grow the step by at most this factor per accepted round ("grow slowly, cut fast":
 #: a noise estimate that is low by chance cannot jump the step to 1 in one round).
 AUTO_GROWTH = 1.25
@@ -165,10 +170,14 @@ class StepController:
     watchdog : bool
         Whether the log-likelihood is a full-batch one the watchdog can trust (not with
         mini-batches, whose log-likelihood carries their own sampling noise).
+    geometric : bool
+        Whether the noise estimates are measured in the model's geometry (compression with
+        ``precondition=True``), where :meth:`gamma_floor` bounds the step's noise.
     """
 
-    def __init__(self, schedule, stochastic, safeguard=True, watchdog=True):
+    def __init__(self, schedule, stochastic, safeguard=True, watchdog=True, geometric=True):
         self.schedule, self.stochastic = schedule, bool(stochastic)
+        self.geometric = bool(geometric)
         self.safeguard = bool(safeguard) and self.stochastic
         self.watchdog = self.safeguard and bool(watchdog)
         self.full_batch = bool(watchdog)
@@ -257,8 +266,17 @@ class StepController:
         wiener = 1.0 - cs.noise_ratio if cs.total_avg > 0.0 else 1.0
         wiener /= 1.0 + (downlink_noise or 0.0)
         wanted = min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap)
-        cs.smallest = wanted <= AUTO_GAMMA_MIN
-        return float(min(max(wanted, AUTO_GAMMA_MIN), float(k) ** -self.decay))
+        floor = self.gamma_floor(cs)
+        cs.smallest = wanted <= floor
+        return float(min(max(wanted, floor), float(k) ** -self.decay))
+
+    def gamma_floor(self, cs) -> float:
+        """The smallest γ "auto" takes: AUTO_GAMMA_MIN, lowered so that the step's noise
+        γ √(Var P H) stays within NOISE_STEP_MAX when the noise is measured in the model's
+        geometry (``geometric``; in raw coordinates a length has no scale to compare with)."""
+        if not (self.geometric and cs.noise_avg and cs.noise_avg > 0.0):
+            return AUTO_GAMMA_MIN
+        return min(AUTO_GAMMA_MIN, NOISE_STEP_MAX / float(np.sqrt(cs.noise_avg)))
 
     @staticmethod
     def trust_ratio(cs, downlink_noise) -> float:
