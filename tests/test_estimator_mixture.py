@@ -1,4 +1,6 @@
 """FederatedGaussianMixture: scikit-learn parity, estimator checks, claims and bad input."""
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.mixture import GaussianMixture
@@ -263,3 +265,20 @@ def test_downlink_compressor_reaches_the_algorithm_and_its_ledger():
     assert plain.history_["downlink_bits"].iloc[2] >= q > auto.history_["downlink_bits"].iloc[2]
     with pytest.raises(ValueError, match="exact EM: a lossy downlink_compressor"):
         FederatedGaussianMixture(3, algorithm="em", downlink_compressor="dither:s=4").fit(X, groups=groups)
+
+
+def test_reg_covar_that_dominates_a_column_warns():
+    """Data in small units (column variances 1e-10): reg_covar = 1e-6, added to every covariance
+    diagonal as scikit-learn does, is what the fitted variances are made of, and the user is told.
+    Standardised data and a constant column (which reg_covar keeps invertible) do not warn."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)) + np.repeat([[0, 0, 0], [4, 4, 4]], 100, axis=0)
+    tiny = 1e-5 * X
+    with pytest.warns(UserWarning, match=r"reg_covar=1e-06 is more than 1% of the variance of column\(s\) 0, 1, 2"):
+        fed = FederatedGaussianMixture(2, n_clients=4, random_state=0).fit(tiny)
+    ours = np.sort(fed.covariances_[:, 0, 0])
+    assert ours.min() > 1e-6 and ours.max() < 1.2e-6     # the floor, not the data's 1e-10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FederatedGaussianMixture(2, n_clients=4, random_state=0).fit(X)
+        FederatedGaussianMixture(2, n_clients=4, random_state=0).fit(np.column_stack([X, np.full(200, 0.1)]))

@@ -18,7 +18,7 @@ from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, plain_m
 from fedemstats.compression import RandomDithering
 from fedemstats.federation import Federation
 from fedemstats.models import GaussianMixtureModel, GMMParams, Model
-from fedemstats.models._geometry import IdentityGeometry, split_blocks
+from fedemstats.models._geometry import TRUST_RATIO, IdentityGeometry, split_blocks
 from fedemstats.models.gaussian_missing import GaussianParams
 
 N_SE = 4.0       # Monte Carlo tolerance in standard errors
@@ -271,6 +271,39 @@ def test_poisson_fallbacks(name):
     assert G.fallback[0].all() and G.fallback[1, 2] and G.fallback.sum() == model.n_features + 1
     _assert_sane(G, model, s_hat)
     assert G.step_fraction(s_hat, model.mean_field(fed, s_hat)) > 0.0
+
+
+def test_poisson_projection_stops_only_the_rates_that_leave_the_region():
+    """A step that divides one rate by 10 (below the region's 1/4) and moves the rest a little:
+    the projection stops that rate at PROJECTION_SLACK x 1/4 of its value and leaves every other
+    coordinate as it was; the projected step is then inside at t = 1. The step the region would
+    otherwise cut to t = 1/2 (halvings) for the whole iterate."""
+    from fedemstats.models.poisson_geometry import PROJECTION_SLACK
+
+    model, fed, theta, s_hat = make_case("poisson")
+    G = model.geometry(theta, s_hat)
+    parts = model.layout.unpack(s_hat)
+    step = 0.01 * model.mean_field(fed, s_hat)
+    d1 = model.layout.unpack(step)["sum_y"]
+    d1[1, 2] = -0.9 * parts["sum_y"][1, 2]             # rate (1, 2) to a tenth
+    step = model.layout.pack({"resp": model.layout.unpack(step)["resp"], "sum_y": d1})
+    assert G.step_fraction(s_hat, step) == 0.5
+    projected = G.project_step(s_hat, step)
+    new = model.layout.unpack(s_hat + projected)
+    rate = new["sum_y"][1, 2] / new["resp"][1]
+    assert rate == pytest.approx(PROJECTION_SLACK * TRUST_RATIO * theta.rates[1, 2], rel=1e-12)
+    changed = np.flatnonzero(projected != step)
+    assert changed.tolist() == [model.layout.offsets[1] + 1 * model.n_features + 2]
+    assert G.step_fraction(s_hat, projected) == 1.0
+    zero = np.zeros(model.q)                            # at a fixed point nothing moves
+    assert np.array_equal(G.project_step(s_hat, zero), zero)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if not n.startswith("poisson")])
+def test_other_geometries_do_not_project(name):
+    model, fed, theta, s_hat = make_case(name)
+    step = model.mean_field(fed, s_hat)
+    assert model.geometry(theta, s_hat).project_step(s_hat, step) is step
 
 
 # ---------------------------------------------------------------------- determinism

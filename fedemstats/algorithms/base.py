@@ -271,16 +271,17 @@ class Algorithm(RoundZero):
         computes it from Ŝ, :func:`.broadcast.snap_point`): only the move is quantised.
         """
         if geometry.contains(s_hat, np.zeros_like(h), ratio):
-            fraction = geometry.step_fraction(s_hat, gamma * h, ratio)
-            return fraction * gamma * h, fraction, lambda u: geometry.contains(s_hat, u, ratio), None
+            step = geometry.project_step(s_hat, gamma * h, ratio)
+            fraction = geometry.step_fraction(s_hat, step, ratio)
+            return fraction * step, fraction, lambda u: geometry.contains(s_hat, u, ratio), None
         try:
             snap = snap_point(self.model, s_hat)
         except NotImplementedError:
             return gamma * h, 1.0, None, None
         region = self.model.geometry(self.model.t_map(snap), snap)
-        h_snap = h + (s_hat - snap)
-        fraction = region.step_fraction(snap, gamma * h_snap, ratio)
-        return fraction * gamma * h_snap, fraction, lambda u: region.contains(snap, u, ratio), snap
+        step = region.project_step(snap, gamma * (h + (s_hat - snap)), ratio)
+        fraction = region.step_fraction(snap, step, ratio)
+        return fraction * step, fraction, lambda u: region.contains(snap, u, ratio), snap
 
     # ------------------------------------------------------------------ hooks
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):

@@ -12,10 +12,43 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._validation import check_int, check_rng
 from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp
 from ..models.gmm_init import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError
+from ..models._summaries import CONSTANT_REL_SD, global_mean_and_variances
 from ..models.gmm_params import COVARIANCE_TYPES, make_params
 from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
+
+
+
+#: ``reg_covar`` above this fraction of a (non-constant) column's variance draws a warning.
+REG_COVAR_WARN_FRACTION = 0.01
+
+
+def warn_if_reg_covar_dominates(federation, reg_covar):
+    """Warn when ``reg_covar`` is not small next to a non-constant column's variance.
+
+    ``reg_covar`` is added to every covariance diagonal in the data's units, as scikit-learn
+    does, so on data in small units (variances of 1e-10) it replaces the data's variances and
+    the fitted mixture says little about them, silently: exact EM matches scikit-learn there
+    too. The pooled column variances come from the clients' summaries (no row leaves a client);
+    constant columns (:data:`~fedemstats.models._summaries.CONSTANT_REL_SD`) are left out, since
+    ``reg_covar`` is what keeps their covariances invertible.
+
+    Parameters
+    ----------
+    federation : Federation
+    reg_covar : float
+    """
+    mean, variances = global_mean_and_variances(federation)
+    constant = np.sqrt(variances) <= CONSTANT_REL_SD * np.abs(mean)
+    small = np.flatnonzero(~constant & (reg_covar > REG_COVAR_WARN_FRACTION * variances))
+    if small.size:
+        shown = ", ".join(str(j) for j in small[:5]) + (", ..." if small.size > 5 else "")
+        warnings.warn(
+            f"reg_covar={reg_covar:g} is more than {REG_COVAR_WARN_FRACTION:.0%} of the variance of column(s) "
+            f"{shown} (smallest {variances[small].min():.3g}); it is added to every covariance diagonal, so "
+            "their fitted variances are mostly reg_covar, not the data. Standardise X (e.g. "
+            "sklearn.preprocessing.StandardScaler) or lower reg_covar.", UserWarning)
 
 
 class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
@@ -202,6 +235,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         if fed.n_rows < self.n_components:
             raise ValueError(f"Expected n_samples >= n_components but got n_components = "
                              f"{self.n_components}, n_samples = {fed.n_rows}.")
+        warn_if_reg_covar_dominates(fed, self.reg_covar)
         rng = check_rng(self.random_state)
         model = GaussianMixtureModel.from_federation(fed, n_components=self.n_components,
                                                      covariance_type=self.covariance_type, reg_covar=self.reg_covar)

@@ -213,6 +213,12 @@ class Geometry:
         """The region's bound on each margin: ``ratio`` times its value at ``s_hat``, capped at 1; (m,)."""
         return ratio * np.clip(self._margins(s_hat[None])[0], 0.0, 1.0)
 
+    def project_step(self, s_hat, step, ratio=TRUST_RATIO) -> np.ndarray:
+        """The step with the coordinates that alone would leave the region pulled back, before
+        :meth:`step_fraction` scales what remains; shape (q,). The default changes nothing:
+        a margin that mixes coordinates (an eigenvalue) has no per-coordinate projection."""
+        return step
+
     def contains(self, s_hat, step, ratio=TRUST_RATIO) -> bool:
         """Whether the whole step ``s_hat + step`` is inside the trust region (finite included):
         ``step_fraction(s_hat, step, ratio) == 1.0`` without the search below 1."""
