@@ -83,7 +83,7 @@ class PoissonGeometry(Geometry):
 
         A rate's margin involves one statistic besides its component's weight, so it has a
         projection, and one falling rate need not cut the whole step. Exact EM divides a rate
-        that its component does not explain by 5-8 a round, down to the T-map's floor; the
+        that its component does not explain by 4.5-8 a round, down to the T-map's floor; the
         region scaled every step of the whole iterate by 1/2 for such rates, which carry no
         log-likelihood (Portal counts, K = 6: 263 rounds against exact EM's 26). At a fixed
         point the step is 0 and nothing is projected."""
