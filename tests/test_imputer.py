@@ -201,7 +201,7 @@ def test_gaussian_imputer_is_equivariant_to_one_column_in_huge_units():
 def test_partial_participation_on_raw_breast_cancer_does_not_collapse():
     """Raw breast cancer (30 columns, radius / perimeter / area correlated at 0.99), 10 clients,
     20 % MCAR, dither:s=4, participation 0.5, seed 0. At γ's old floor of 0.01 the noise of
-    the memories (200 × the mean field in the model's geometry) walked the iterate by a whitened
+    the memories (100–275 × the mean field in the model's geometry) walked the iterate by a whitened
     unit per round; each walk changed the geometry, which grew the memories' errors measured in
     it: the log-likelihood fell from 22.2 to −37 nats/row by round 21, and after 300 rounds the
     RMSE was 1.81 × exact EM's, with converged_ False. The floor now bounds the step's noise
