@@ -3,8 +3,8 @@ end-to-end tests only see through whole fits."""
 import numpy as np
 import pytest
 
-from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, NOISE_STEP_MAX, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
-                                              DROP_SIGMAS, DROP_TOL_FRACTION,
+from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, CAP_MIN, CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW,
+                                              DROP_SIGMAS, DROP_TOL_FRACTION, NOISE_STEP_MAX,
                                               ROUNDOFF, STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
 

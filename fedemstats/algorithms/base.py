@@ -154,14 +154,18 @@ class Algorithm(RoundZero):
         stochastic = self.stochastic(n_clients)
         adaptive = isinstance(self.step_size, str) and self.step_size == "auto" and stochastic
         return StepController(None if adaptive else self.schedule(n_clients, budget), stochastic, self.safeguard,
-                              watchdog=self.full_batches(), geometric=self.precondition and self.omega() > 0.0)
+                              watchdog=self.full_batches(), geometric=self.compresses_in_geometry())
 
     def client_geometry(self, theta, s_hat):
         """Where clients compress: the model's geometry at (θ, Ŝ), unless ``precondition=False``
         or the compressor is lossless (then the raw coordinates, so exact EM stays bit-exact)."""
-        if self.precondition and self.omega() > 0.0:
+        if self.compresses_in_geometry():
             return self.model.geometry(theta, s_hat)
         return IdentityGeometry(self.model.layout)
+
+    def compresses_in_geometry(self) -> bool:
+        """Whether clients compress in the model's geometry: ``precondition`` with a lossy compressor."""
+        return self.precondition and self.omega() > 0.0
 
     def round_geometries(self, theta, s_hat, n_clients):
         """(trust, coords): the geometry the safeguard and the step rule measure in (the

@@ -11,36 +11,33 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._validation import check_int, check_rng
 from ..models.gmm import GaussianMixtureModel, estimate_log_prob_resp
+from ..models._summaries import constant_columns, global_mean_and_variances
 from ..models.gmm_init import INIT_METHODS, SUMMARY_MIN_ROWS, TooFewSummariesError
-from ..models._summaries import CONSTANT_REL_SD, global_mean_and_variances
 from ..models.gmm_params import COVARIANCE_TYPES, make_params
 from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
 
 __all__ = ["FederatedGaussianMixture"]
 
-
-
 #: ``reg_covar`` above this fraction of a (non-constant) column's variance draws a warning.
 REG_COVAR_WARN_FRACTION = 0.01
 
 
-def warn_if_reg_covar_dominates(federation, reg_covar):
+def warn_if_reg_covar_dominates(mean, variances, reg_covar):
     """Warn when ``reg_covar`` is not small next to a non-constant column's variance.
 
     ``reg_covar`` is added to every covariance diagonal in the data's units, as scikit-learn
     does, so on data in small units (variances of 1e-10) it replaces the data's variances and
     the fitted mixture says little about them, silently: exact EM matches scikit-learn there
-    too. The pooled column variances come from the clients' summaries (no row leaves a client);
-    constant columns (:data:`~fedemstats.models._summaries.CONSTANT_REL_SD`) are left out, since
-    ``reg_covar`` is what keeps their covariances invertible.
+    too. Constant columns (:func:`~fedemstats.models._summaries.constant_columns`) are left out,
+    since ``reg_covar`` is what keeps their covariances invertible.
 
     Parameters
     ----------
-    federation : Federation
+    mean, variances : ndarray of shape (n_features,)
+        Pooled column means and variances from the clients' summaries (no row leaves a client).
     reg_covar : float
     """
-    mean, variances = global_mean_and_variances(federation)
-    constant = np.sqrt(variances) <= CONSTANT_REL_SD * np.abs(mean)
+    constant = constant_columns(np.sqrt(variances), mean)
     small = np.flatnonzero(~constant & (reg_covar > REG_COVAR_WARN_FRACTION * variances))
     if small.size:
         shown = ", ".join(str(j) for j in small[:5]) + (", ..." if small.size > 5 else "")
@@ -235,10 +232,12 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         if fed.n_rows < self.n_components:
             raise ValueError(f"Expected n_samples >= n_components but got n_components = "
                              f"{self.n_components}, n_samples = {fed.n_rows}.")
-        warn_if_reg_covar_dominates(fed, self.reg_covar)
+        # one pass of pooled moments serves the reg_covar check and the model's public centring
+        mean, variances = global_mean_and_variances(fed)
+        warn_if_reg_covar_dominates(mean, variances, self.reg_covar)
         rng = check_rng(self.random_state)
-        model = GaussianMixtureModel.from_federation(fed, n_components=self.n_components,
-                                                     covariance_type=self.covariance_type, reg_covar=self.reg_covar)
+        model = GaussianMixtureModel(self.n_components, fed.n_features, self.covariance_type, self.reg_covar,
+                                     **GaussianMixtureModel.centring_from_moments(mean, variances))
         best = self._fit_best_of(
             model, fed, 1 if warm else self.n_init,
             lambda: self._theta_previous() if warm else self._initial_theta(fed, model, rng), rng)

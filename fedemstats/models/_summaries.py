@@ -25,7 +25,7 @@ __all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_in
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
            "global_mean_and_variances",
            "nan_mean", "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
-           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "CONSTANT_REL_SD", "check_shift_scale",
+           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "constant_columns", "CONSTANT_REL_SD", "check_shift_scale",
            "standardising_shift_scale"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
@@ -296,7 +296,7 @@ def public_scale(cov, mean=None):
     """
     sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
     mean = np.zeros_like(sd) if mean is None else np.asarray(mean, dtype=np.float64)
-    constant = sd <= CONSTANT_REL_SD * np.abs(mean)
+    constant = constant_columns(sd, mean)
     if not constant.any():
         return sd
     if (~constant).any():
@@ -304,6 +304,12 @@ def public_scale(cov, mean=None):
     else:
         fill = float(np.max(np.abs(mean))) or 1.0
     return np.where(constant, fill, sd)
+
+
+def constant_columns(sd, mean):
+    """Whether each column is constant up to the round-off of its mean, shape (d,):
+    standard deviation at most :data:`CONSTANT_REL_SD` times the mean's magnitude."""
+    return np.asarray(sd) <= CONSTANT_REL_SD * np.abs(mean)
 
 
 #: Relative standard deviation (to the column's mean) below which a column is constant

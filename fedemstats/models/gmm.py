@@ -284,7 +284,12 @@ class GaussianMixtureModel(Model):
         """``{"shift": global mean, "column_scale": pooled standard deviations}`` from the clients' counts,
         means and centred sums of squares (:func:`._summaries.global_mean_and_variances`;
         constant columns get the others' scale, :func:`._summaries.public_scale`)."""
-        mean, variances = global_mean_and_variances(federation)
+        return cls.centring_from_moments(*global_mean_and_variances(federation))
+
+    @staticmethod
+    def centring_from_moments(mean, variances) -> dict:
+        """:meth:`public_centring` from the pooled ``mean`` and column ``variances`` (n_features,)
+        already in hand (the estimator also checks ``reg_covar`` against them)."""
         return {"shift": mean, "column_scale": public_scale(np.diag(variances), mean)}
 
     def init_theta(self, federation, rng=None, method="kmeans", **kwargs) -> GMMParams:
