@@ -242,7 +242,7 @@ def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
     import warnings
     from sklearn.exceptions import ConvergenceWarning
     X, groups, centers = heterogeneous_problem()
-    with pytest.warns(ConvergenceWarning, match="did not converge in max_iter=2"):
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in 2 M-steps \(max_iter=2,"):
         est = FederatedGaussianMixture(3, max_iter=2, random_state=0).fit(X, groups=groups)
     assert not est.converged_
     with warnings.catch_warnings(record=True) as caught:

@@ -107,3 +107,32 @@ def test_mlp_clone_round_trips_every_hyper_parameter_at_a_non_default_value():
     params = clone(FederatedMLPClassifier(**MLP_NON_DEFAULT)).get_params()
     for name, value in MLP_NON_DEFAULT.items():
         assert _same(params[name], value), name
+
+
+@pytest.mark.parametrize("cls, exact", [(FederatedGaussianMixture, 100), (FederatedImputer, 100),
+                                        (FederatedFactorAnalysis, 1000)], ids=lambda c: getattr(c, "__name__", c))
+def test_max_iter_auto_gives_noisy_runs_more_m_steps(cls, exact):
+    """``max_iter="auto"``: scikit-learn's default for exact EM, NOISY_MAX_ITER_FACTOR times it for a
+    run with noisy steps that tests convergence; mini-batch runs (no test) and an int keep theirs."""
+    from fedemstats.estimators._base import NOISY_MAX_ITER_FACTOR
+    X = np.random.default_rng(0).normal(size=(120, 3)) @ np.array([[1.0, 0.5, 0.0], [0.0, 1.0, 0.3], [0, 0, 1]])
+    assert cls().get_params()["max_iter"] == "auto"
+    cases = [({}, exact), ({"compressor": "dither:s=4"}, NOISY_MAX_ITER_FACTOR * exact),
+             ({"participation": 0.5}, NOISY_MAX_ITER_FACTOR * exact),
+             ({"compressor": "dither:s=4", "tol": 0.0}, exact),  # tol = 0: a fixed number of rounds
+             ({"algorithm": "online", "batch_size": 10}, exact),
+             ({"compressor": "dither:s=4", "max_iter": 4}, 4)]
+    for kw, expected in cases:
+        est = cls(n_components=2, n_clients=4, random_state=0, **kw).fit(X)
+        assert est.max_iter_ == expected, kw
+        assert est.n_iter_ <= expected
+    from fedemstats.estimators._base import PRIVATE_MAX_ITER
+    private = cls(n_components=2, n_clients=4, random_state=0, privacy=FEDERATED["privacy"]).fit(X)
+    assert private.max_iter_ == PRIVATE_MAX_ITER == 10 and private.n_iter_ == 10  # each round is a release
+
+
+@pytest.mark.parametrize("bad", ["fast", 0, -3, 2.5, None])
+def test_max_iter_must_be_a_positive_int_or_auto(bad):
+    from sklearn.utils._param_validation import InvalidParameterError
+    with pytest.raises(InvalidParameterError, match="max_iter"):
+        FederatedGaussianMixture(2, max_iter=bad).fit(np.random.default_rng(0).normal(size=(40, 2)))

@@ -24,7 +24,7 @@ from ..participation import make_participation
 from .broadcast import Broadcast, snap_point
 from .controller import StepController
 from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor
-from .server import check_iterate, direction
+from .server import DIVERGENCE_ADVICE, check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
 from .state import ENTROPY_BOUND, AlgorithmRun, AlgorithmState, FitResult, draw_entropy
@@ -74,6 +74,8 @@ class Algorithm(RoundZero):
 
     #: rows per client per round; None = exact local means (FedEM and VR-FedEM set it)
     batch_size = None
+    #: what the :class:`~.server.DivergenceError` of a blown-up iterate tells the user to change
+    divergence_advice = DIVERGENCE_ADVICE
 
     def __init__(self, model, compressor="identity", participation=1.0, step_size="auto", alpha=None,
                  track_h=False, precondition=True, safeguard=True, downlink_compressor="auto", fine_start=False):
@@ -256,7 +258,7 @@ class Algorithm(RoundZero):
             state.s_hat = base + u
             row.update(step_size=gamma, step_fraction=fraction, trust_ratio=ratio, broadcast_bits=bits,
                        noise_ratio=cs.noise_ratio)
-            check_iterate(state.s_hat, k + 1, gamma, state.scale)
+            check_iterate(state.s_hat, k + 1, gamma, state.scale, self.divergence_advice)
         state.round = k + 1
         return row
 

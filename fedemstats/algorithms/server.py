@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["client_update", "server_update", "direction", "weighted_sums", "memory_update", "decode_messages",
-           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "CHUNK_ENTRIES"]
+           "DivergenceError", "check_iterate", "DIVERGENCE_GROWTH", "DIVERGENCE_ADVICE", "CHUNK_ENTRIES"]
 
 #: Statistic entries (clients × q) a simulated client half handles at once: bounds its
 #: temporaries to a few arrays of 32 MiB, whatever the number of clients
@@ -27,8 +27,13 @@ class DivergenceError(ValueError):
     """The statistic iterate blew up: the step size is too large for this noise level."""
 
 
-def check_iterate(s_hat, round_, gamma, scale=None):
-    """Raise :class:`DivergenceError` naming the fix if Ŝ is not finite or exploded.
+#: What a diverged run should change (:func:`check_iterate`; private runs name their own).
+DIVERGENCE_ADVICE = ("Lower step_size (e.g. halve it), raise the compressor precision, or use "
+                     "step_size='auto' with the safeguard on.")
+
+
+def check_iterate(s_hat, round_, gamma, scale=None, advice=DIVERGENCE_ADVICE):
+    """Raise :class:`DivergenceError` naming the fix (``advice``) if Ŝ is not finite or exploded.
 
     ``scale`` is max |Ŝ_0|; Ŝ beyond :data:`DIVERGENCE_GROWTH` times it has diverged.
     """
@@ -37,8 +42,7 @@ def check_iterate(s_hat, round_, gamma, scale=None):
     if not finite or exploded:
         raise DivergenceError(
             f"FedEM diverged at round {round_} (step size {gamma:g}): the statistics left the finite "
-            "range. Lower step_size (e.g. halve it), raise the compressor precision, or use "
-            "step_size='auto' with the safeguard on.")
+            f"range. {advice}")
 
 
 def memory_update(v, q_rows, alpha):

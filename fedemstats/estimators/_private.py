@@ -31,7 +31,7 @@ def check_private_settings(est):
         raise ValueError("n_init must be 1 with privacy (each start spends the budget again).")
 
 
-def run_private(est, model, federation, rng):
+def run_private(est, model, federation, rng, max_iter):
     """Run :class:`PrivateFedEM` for ``max_iter - 1`` rounds after round 0.
 
     The model's data-derived centring and the estimator's data-derived θ_0 are replaced by
@@ -51,6 +51,6 @@ def run_private(est, model, federation, rng):
     algo = PrivateFedEM(private_model, cfg, participation=est.participation, step_size=est.step_size,
                         safeguard=est.safeguard, compressor=est.compressor,
                         downlink_compressor=est.downlink_compressor)
-    result = algo.run(clipped, theta0, est.max_iter - 1, rng)
+    result = algo.run(clipped, theta0, max_iter - 1, rng)
     result.model = private_model
     return result

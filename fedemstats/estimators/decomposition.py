@@ -73,8 +73,10 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
         Mini-batch runs do not test it.
     copy : bool, default=True
         Kept for API compatibility; the input is never modified.
-    max_iter : int, default=1000
-        Maximum number of M-steps (``max_iter - 1`` rounds after round 0).
+    max_iter : int or "auto", default="auto"
+        Maximum number of M-steps, as :class:`FederatedGaussianMixture`'s but with
+        scikit-learn's ``FactorAnalysis`` default: ``"auto"`` is 1000 for exact EM, 5000 for a
+        compressed or partial run (EM for factor analysis is slow), 10 for a private fit.
     noise_variance_init : array-like of shape (n_features,), optional
         Initial noise variances; default the global variances (from client sums). Values
         above a feature's variance are capped at it (no maximum-likelihood Ψ_j exceeds it).
@@ -98,6 +100,8 @@ random_state, verbose, verbose_interval
         Total log-likelihood at the start of each round (``history_["loglik"] *
         n_samples``; a Horvitz-Thompson estimate under partial participation).
     n_iter_ : int
+    max_iter_ : int
+        The M-steps this fit was allowed (``max_iter``, resolved when "auto").
     converged_ : bool
     history_ : pandas.DataFrame
         Per round, as :class:`FederatedGaussianMixture`'s ``history_``.
@@ -106,6 +110,8 @@ random_state, verbose, verbose_interval
     """
 
     _allow_nan = True
+    #: scikit-learn's ``FactorAnalysis`` default
+    _exact_max_iter = 1000
     _parameter_constraints: dict = {
         **FederatedEMMixin._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left"), None],
@@ -114,7 +120,7 @@ random_state, verbose, verbose_interval
         "rotation": [StrOptions(set(ROTATIONS)), None],
     }
 
-    def __init__(self, n_components=None, *, tol=1e-5, copy=True, max_iter=1000, noise_variance_init=None,
+    def __init__(self, n_components=None, *, tol=1e-5, copy=True, max_iter="auto", noise_variance_init=None,
                  rotation=None, algorithm="fedem", compressor="identity", participation=1.0,
                  step_size="auto", alpha=None, v_init="mean-field", batch_size=None, k_in=None,
                  online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,

@@ -64,8 +64,9 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
     init_params : {"kmeans", "random"}, default="kmeans"
         Mixture initialisation from clients' local k-means summaries (falls back to
         ``"random"`` when clients are too small to send them) or random means.
-    max_iter : int, default=100
-        Maximum number of M-steps.
+    max_iter : int or "auto", default="auto"
+        Maximum number of M-steps, as :class:`FederatedGaussianMixture`'s (``"auto"``: 100 for
+        exact EM, 500 for a compressed or partial run, 10 for a private fit).
     tol : float, default=1e-4
         Stop when the mean log-likelihood per row gains less than ``tol`` (compressed or
         partial runs: the noisy-run test of ``docs/fedem.md``, "Convergence").
@@ -86,7 +87,7 @@ random_state, verbose, verbose_interval
         :class:`~fedemstats.models.poisson_mixture.PoissonMixtureParams`.
     model_ : Model
     indicator_ : MissingIndicator or None
-    n_iter_, converged_, lower_bound_, history_, ledger_
+    n_iter_, max_iter_, converged_, lower_bound_, history_, ledger_
         As :class:`FederatedGaussianMixture`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -109,7 +110,7 @@ random_state, verbose, verbose_interval
 
     def __init__(self, model="gaussian", *, n_components=3, covariance_type="full", reg_covar=1e-6,
                  missing_values=np.nan, add_indicator=False, sample_posterior=False, n_init=1,
-                 init_params="kmeans", max_iter=100, tol=1e-4, algorithm="fedem", compressor="identity",
+                 init_params="kmeans", max_iter="auto", tol=1e-4, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field", batch_size=None,
                  k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0, n_clients=10,
                  client_weights="samples", track_h=False,

@@ -67,9 +67,13 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         (``docs/fedem.md``, "Convergence"). Mini-batch runs do not test it.
     reg_covar : float, default=1e-6
         Added to the covariance diagonals, as scikit-learn does.
-    max_iter : int, default=100
+    max_iter : int or "auto", default="auto"
         Maximum number of M-steps; round 0 performs the first, so at most
-        ``max_iter - 1`` FedEM rounds run (``n_iter_`` counts M-steps).
+        ``max_iter - 1`` FedEM rounds run (``n_iter_`` counts M-steps). ``"auto"``: 100
+        (scikit-learn's default) for exact EM and mini-batch runs, and 500 for a
+        run whose steps are noisy (a lossy compressor either way, partial participation),
+        which needs more rounds than exact EM; 10 for a private fit (each round is a release, so
+        more rounds mean more noise in each); ``max_iter_`` holds the value used.
     n_init : int, default=1
         Number of initialisations; the best final log-likelihood is kept.
     init_params : {"kmeans", "random"}, default="kmeans"
@@ -144,6 +148,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Shapes as in scikit-learn for the covariance type.
     converged_ : bool
     n_iter_ : int
+    max_iter_ : int
+        The M-steps this fit was allowed (``max_iter``, resolved when "auto").
     lower_bound_ : float
         Mean log-likelihood at the last round (HT estimate under partial participation).
     history_ : pandas.DataFrame
@@ -169,7 +175,7 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
     }
 
     def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, reg_covar=1e-6,
-                 max_iter=100, n_init=1, init_params="kmeans", weights_init=None, means_init=None,
+                 max_iter="auto", n_init=1, init_params="kmeans", weights_init=None, means_init=None,
                  precisions_init=None, warm_start=False, algorithm="fedem", compressor="identity",
                  participation=1.0, step_size="auto", alpha=None, v_init="mean-field",
                  batch_size=None, k_in=None, online_power=DEFAULT_ONLINE_POWER, online_gamma0=1.0,
