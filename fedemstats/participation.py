@@ -25,6 +25,11 @@ __all__ = [
 class Participation:
     """Base class. Subclasses implement :meth:`sample` and :meth:`inclusion`."""
 
+    #: Whether every round draws the same number of clients without replacement (then the
+    #: sampling variance of a Horvitz-Thompson sum is that of its centred contributions:
+    #: :meth:`fedemstats.algorithms.controller.StepController.direction_noise`).
+    fixed_size = False
+
     def sample(self, round_, n_clients, rng):
         """Draw the active set of a round.
 
@@ -101,6 +106,8 @@ class BernoulliParticipation(Participation):
 class FixedSizeParticipation(Participation):
     """A uniform random subset of exactly ``k`` clients (pi_i = k / n)."""
 
+    fixed_size = True
+
     def __init__(self, k):
         self.k = check_int(k, "participation size k")
 
@@ -139,6 +146,10 @@ class WithAbsences(Participation):
     def inclusion(self, n_clients):
         # the design's probabilities: failures are not part of the design
         return self.base.inclusion(n_clients)
+
+    @property
+    def fixed_size(self):
+        return self.base.fixed_size
 
     def sample(self, round_, n_clients, rng):
         active, pi = self.base.sample(round_, n_clients, rng)

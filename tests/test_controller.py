@@ -1,5 +1,7 @@
 """The server's step controller on its own (fedemstats.algorithms.controller): the decisions the
 end-to-end tests only see through whole fits."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,27 @@ def test_a_log_likelihood_that_is_all_noise_never_converges():
     se = 1.2 * WINDOW_SE_FRACTION * STOCHASTIC_TOL_FRACTION * tol * CONVERGENCE_WINDOW / np.sqrt(2.0)
     ctl = StepController(None, stochastic=True)
     assert not _trail_test(ctl, _accepted(ctl, ll=-1.0), np.full(2 * CONVERGENCE_WINDOW, -1.0), se, tol)
+
+
+def test_a_window_straddling_a_noisy_step_that_fell_does_not_converge():
+    """Exact log-likelihoods (p = 1) rising at 3 tol per step, then a noisy step that fell: the
+    window of the last 3 rounds shows a net gain of 0.2 tol. Counting only the estimates' noise
+    (none) it passed; the steps' own spread (step_sigma, 2 tol each) says that window is noise."""
+    tol = 1e-3
+    lls = -1.0 + tol * np.array([0.0, 3.0, 6.0, 9.0, 6.5, 8.0, 9.2])
+
+    def run(sigma):
+        ctl = StepController(None, stochastic=True)
+        cs = _accepted(ctl, ll=-1.0)
+        cs.noise_avg, cs.total_avg = 0.0, 0.0
+        out = None
+        for ll in lls:
+            cs.last_move, cs.step_sigma = 1.0, sigma
+            out = ctl.converged(cs, ll, 0.0, tol)[0]
+        return out
+
+    assert run(0.0)  # what the test did before the steps' spread was counted
+    assert not run(2.0 * tol)
 
 
 def test_a_gain_above_tol_does_not_converge():
@@ -227,3 +250,28 @@ def test_a_step_without_noise_or_after_a_rejection_has_no_spread():
     assert cs.step_sigma > 0.0
     ctl.reject(cs)
     assert cs.step_sigma == 0.0  # the iterate returned to was not reached by a noisy step
+
+
+def test_the_fixed_size_sampling_variance_is_unbiased_where_the_bernoulli_form_is_not():
+    """Over every 5-of-10 subset (the design, enumerated): the mean of direction_noise with
+    fixed_size equals the true variance of H's Horvitz-Thompson sum exactly. The Bernoulli form,
+    which fixed-size rounds used, counts the contributions' common part (the mean field) as
+    noise: with the field twice the clients' spread it more than doubled the variance, and the field's
+    estimate ‖H‖² − Var H fell to about 0 (a false convergence, test_compressed_real_data)."""
+    rng = np.random.default_rng(0)
+    n, k = 10, 5
+    x = rng.normal(size=(n, 4)) + 2.0  # a common part: the mean field
+    w, pi = rng.dirichlet(np.ones(n)), np.full(n, k / n)
+    target = w @ x
+    subsets = [list(a) for a in itertools.combinations(range(n), k)]
+    sums = [(w[a] / pi[a]) @ x[a] for a in subsets]
+    true_var = np.mean([np.sum((h - target) ** 2) for h in sums])
+
+    def estimate(a, h, fixed):
+        return StepController.direction_noise(w[a], pi[a], np.sum(x[a] ** 2, axis=1), np.zeros(k),
+                                              fixed_size=fixed, sampled_sq=float(h @ h))
+
+    fixed = np.mean([estimate(a, h, True) for a, h in zip(subsets, sums)])
+    bernoulli = np.mean([estimate(a, h, False) for a, h in zip(subsets, sums)])
+    assert fixed == pytest.approx(true_var, rel=1e-12)
+    assert bernoulli > 2.0 * true_var

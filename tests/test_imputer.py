@@ -229,7 +229,10 @@ def test_compressed_fit_on_raw_digits_is_not_stalled_by_its_own_step_noise():
     """Raw digits (64 pixel columns, many near constant), 20 % MCAR, dither:s=4 at defaults. The
     watchdog once took the step's own quantisation noise for bad steps: it undid 84 of 401 rounds,
     halving the step each time (exact EM: 84 rounds). With the step's spread in its threshold
-    (controller.StepController.accept) the fit converges in 148 rounds, with 1 round undone."""
+    (controller.StepController.accept) the fit converges in 185 rounds, with 1 round undone.
+    Exact EM at its default tol stops 6.9e-3 nats/row short of the fixed point (tol = 1e-6: 314
+    rounds, -68.5911); FedEM, whose window test now counts its steps' spread, stops 1.1e-3 beyond
+    exact EM's stop: the gap is one-sided, as bench_real_data's pass rule."""
     from sklearn.datasets import load_digits
     X = load_digits().data[:600]
     rng = np.random.default_rng(0)
@@ -240,4 +243,4 @@ def test_compressed_fit_on_raw_digits_is_not_stalled_by_its_own_step_noise():
     h = fed.history_
     assert fed.converged_
     assert h["rejected"].sum() <= 5
-    assert abs(h["loglik"].iloc[-1] - exact.history_["loglik"].iloc[-1]) < 1e-3
+    assert exact.history_["loglik"].iloc[-1] - h["loglik"].iloc[-1] < 1e-3

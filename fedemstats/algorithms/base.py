@@ -239,7 +239,9 @@ class Algorithm(RoundZero):
                        broadcast_bits=self.broadcast.revert(state.downlink))
         else:
             hy = coords.forward(h[None, :])[0]
-            noise_h = ctl.direction_noise(w, pi, *noise) if active.size else 0.0
+            sampled = coords.forward(sums[0][None, :])[0]
+            noise_h = ctl.direction_noise(w, pi, *noise, fixed_size=self.participation.fixed_size,
+                                          sampled_sq=float(sampled @ sampled)) if active.size else 0.0
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
             base, snap = state.s_hat, None
             if ctl.safeguard:
