@@ -73,7 +73,7 @@ REPRODUCERS = {
 #: rand-k at a hand-chosen γ = 0.3 creeps along a plateau 1e-3 to 2e-3 below exact EM (seed 0:
 #: -7.8213 after 700 rounds at tol = 0, exact EM's fixed point -7.8202), and its convergence test
 #: held there on seeds 0 and 3 of five (1.1e-3 to 1.4e-3 short), so it was left out of the honesty
-#: test. Since the window test counts its steps' spread (controller._window_converged) every seed
+#: test. Since the window test counts its steps' spread (convergence.window_converged) every seed
 #: converges at or above exact EM (68-97 rounds), and it is in.
 
 
@@ -166,7 +166,7 @@ def test_a_noisy_step_that_fell_is_not_taken_for_convergence():
     the first coarse step after the fine start lowered the log-likelihood, and the window of the
     next three rounds, straddling it, showed no net gain: the fit said converged_ at round 33,
     0.27 nats/row below exact EM, whose next step from there gained 1.8e-3 (> tol). The window's
-    standard error now counts the steps' own spread (controller._window_converged)."""
+    standard error now counts the steps' own spread (convergence.window_converged)."""
     from sklearn.datasets import load_breast_cancer
     X = load_breast_cancer().data[:, :6]
     groups = np.random.default_rng(1).integers(0, 10, X.shape[0])
