@@ -243,7 +243,8 @@ class Algorithm(RoundZero):
             if fixed:  # Cochran's estimator needs the decoded sum's norm (direction_noise)
                 sampled = coords.forward(sums[0][None, :])[0]
                 sampled_sq = float(sampled @ sampled)
-            noise_h = ctl.direction_noise(w, pi, *noise, fixed_size=fixed, sampled_sq=sampled_sq) if active.size else 0.0
+            noise_h = (ctl.direction_noise(w, pi, *noise, fixed_size=fixed, sampled_sq=sampled_sq)
+                       if active.size else 0.0)
             gamma = ctl.gamma(cs, k + 1, noise_h, float(hy @ hy), state.downlink.noise_ratio)
             base, snap = state.s_hat, None
             if ctl.safeguard:

@@ -26,19 +26,21 @@ STOCHASTIC_TOL_FRACTION = 0.5
 #: log-likelihood that is all noise (early rounds at p = 0.5, a stalled run) cannot pass.
 WINDOW_SE_FRACTION = 0.5
 
+
 def window_converged(trail, tol) -> bool:
     """Whether some window of the trail shows no gain per unit step significantly (two standard
     errors) above b = STOCHASTIC_TOL_FRACTION · ``tol``, with a standard error per unit step below
     WINDOW_SE_FRACTION · b: its estimated gain per unit step is then below ``tol``.
 
     The bound on the standard error also counts the spread the steps inside the window add by
-    their quantisation noise (``step_sigma``, :meth:`.controller.StepController.accept`): a noisy step can
-    lower ℓ by chance, and a window that straddles it shows no net gain although the mean field
-    has not vanished. (The significance margin keeps the estimates' noise alone: with the steps'
-    spread in it too, a window could pass with a gain up to twice as large, and a diabetes fit at
-    γ = 0.05 then stopped 1.2e-3 nats/row short of exact EM instead of 5.7e-4.) Without that term, on the raw breast-cancer mixture (6 columns, 10
+    their quantisation noise (``step_sigma``, :meth:`.controller.StepController.accept`): a noisy
+    step can lower ℓ by chance, and a window that straddles it shows no net gain although the mean
+    field has not vanished. Without that term, on the raw breast-cancer mixture (6 columns, 10
     clients) ``blockp:p=2``, ``randk:k=20`` and 5-of-10 participation said ``converged_`` 0.27–0.29
-    nats/row short of exact EM, whose next step from there gained 1.8e-3 to 3e-3 (> ``tol``).
+    nats/row short of exact EM, whose next step from there gained 1.8e-3 to 3e-3 (> ``tol``). The
+    significance margin keeps the estimates' noise alone: with the steps' spread in it too, a
+    window could pass with a gain up to twice as large (a diabetes fit at γ = 0.05 then stopped
+    1.2e-3 nats/row short of exact EM instead of 5.7e-4).
 
     Under partial participation the control-variate log-likelihood keeps a first-order noise at
     stationarity (each client's log-likelihood moves with the iterate's jitter although their
