@@ -1,8 +1,12 @@
 """Per-round records of an algorithm run, turned into a pandas DataFrame."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["History", "HISTORY_COLUMNS"]
 
@@ -43,6 +47,9 @@ class History:
         return len(self._rows)
 
     def to_frame(self) -> pd.DataFrame:
+        # imported here: a Flower ClientApp process imports this module and never builds a frame
+        import pandas as pd
+
         frame = pd.DataFrame(self._rows)
         extra = [c for c in frame.columns if c not in HISTORY_COLUMNS]
         cols = [c for c in HISTORY_COLUMNS if c in frame.columns] + extra

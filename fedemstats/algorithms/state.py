@@ -5,9 +5,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-if TYPE_CHECKING:  # annotations only
+if TYPE_CHECKING:  # annotations only; pandas is imported where a frame is built (History.to_frame)
+    import pandas as pd
+
     from ..ledger import BitLedger
 
 __all__ = ["AlgorithmState", "FitResult", "AlgorithmRun", "draw_entropy", "ENTROPY_BOUND"]
