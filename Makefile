@@ -29,7 +29,7 @@ demo: $(VENV)/.installed-demo
 # One BLAS thread: numba's pool already uses both cores, and oversubscribed OpenBLAS
 # threads made small factorisations 100x slower on a 2-core machine.
 test: $(VENV)/.installed-test
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=20 tests
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_gmm.py
