@@ -18,6 +18,13 @@ DIGITS_TEST_SIZE = 0.3
 DIGITS_PIXEL_MAX = 16.0
 
 
+@pytest.fixture
+def flower_env(tmp_path, monkeypatch):
+    """Flower's telemetry off and a temporary FLWR_HOME, so no test writes to the machine's own."""
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Undo what a test wrote to ``os.environ``. Importing ``scripts/_common.py`` in process

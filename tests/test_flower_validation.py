@@ -39,10 +39,8 @@ N_PARTS = 10
 BOUND = 10.0
 
 
-@pytest.fixture(autouse=True)
-def _flower_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
-    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
+#: Flower's telemetry off and a temporary FLWR_HOME (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("flower_env")
 
 
 # ---------------------------------------------------------------------- the validator

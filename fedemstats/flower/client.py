@@ -24,7 +24,7 @@ from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
-from .gmm import PROBLEM_TYPES
+from .problems import PROBLEM_TYPES
 from .node_state import NO_ROUND, NodeState, load_start_theta, load_state, save_start_theta, save_state
 from .records import (compressed_from_record, compressed_to_record, from_array_record, params_from_records,
                       to_array_record)
@@ -96,7 +96,8 @@ class _Node:
         self.load_partition = load_partition
 
     def _data(self, context):
-        X = self.load_partition(context)
+        # any loader's rows, not only the CSV reader's: NaN, inf or a wrong shape fail here, loudly
+        X = check_array_2d(self.load_partition(context), name="the node's partition")
         if X.shape[0] < MIN_ROWS:
             raise ValueError(f"partition has {X.shape[0]} row(s); at least {MIN_ROWS} are needed "
                              "so that no statistic is a single raw row.")

@@ -14,7 +14,7 @@ from ..models.gmm import GaussianMixtureModel
 from ..models.gmm_init import init_random_from_moments
 from ..models.gmm_params import check_covariance_type
 
-__all__ = ["GMMProblem", "PROBLEM_TYPES"]
+__all__ = ["GMMProblem"]
 
 #: initialisations available without moving raw rows beyond global moments
 INIT_METHODS = ("random",)
@@ -70,6 +70,10 @@ class GMMProblem:
                 f"reg_covar={self.reg_covar!r}, init={self.init!r})")
 
     # ------------------------------------------------------------------ model
+    def init_kwargs(self) -> dict:
+        """Options of ``model.init_theta`` for the in-process run of the same start."""
+        return {"method": self.init}
+
     def build_model(self, n_features, shift, column_scale=None) -> GaussianMixtureModel:
         """The model with the public centring point ``shift`` (the global mean) and ``column_scale``
         (the pooled standard deviations, in whose units the T-map floors eigenvalues)."""
@@ -86,7 +90,3 @@ class GMMProblem:
         """θ_0 from the global moments, drawing from ``rng`` exactly as the model's
         ``init_theta(method="random")`` does."""
         return init_random_from_moments(mean, cov, model, rng)
-
-
-#: problem name -> class; nodes rebuild problems only from this allow-list
-PROBLEM_TYPES = {GMMProblem.name: GMMProblem}

@@ -5,7 +5,7 @@ scalars. A release's instruction puts there the public description of the releas
 σ, Δ', Ñ, the grid, the node's client index, the release's stream), the problem's spec, the
 public privacy settings, and as arrays the public geometry (center, scale) and θ_k. Nothing is
 pickled: arrays travel with ``numpy.save`` semantics, parameters are rebuilt from the
-allow-listed dataclasses of :mod:`.records` and problems from :data:`.gmm.PROBLEM_TYPES`.
+allow-listed dataclasses of :mod:`.records` and problems from :data:`.problems.PROBLEM_TYPES`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from flwr.app import ConfigRecord
 from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 
 from ..privacy import DPConfig
-from .gmm import PROBLEM_TYPES
+from .problems import PROBLEM_TYPES
 from .records import params_from_records, params_to_records, to_array_record
 
 __all__ = ["KIND_COUNT", "KIND_STATS", "release_fitins", "privacy_from_config", "problem_and_theta"]

@@ -128,7 +128,7 @@ class PrivateFedEMStrategy:
         d = self._describe(grid)
         n, cfg = len(self.partitions), self.privacy
         self.model = public_model(self.problem.build_model(d, np.zeros(d)), cfg)
-        self.theta0 = theta0 = public_theta(self.model, cfg, self.rng, method=self.problem.init)
+        self.theta0 = theta0 = public_theta(self.model, cfg, self.rng, **self.problem.init_kwargs())
         algo = self.algorithm = PrivateFedEM(self.model, cfg, participation=self.settings.participation,
                                              step_size=self.settings.step_size, safeguard=self.settings.safeguard)
         algo.planned_rounds = self.settings.n_rounds

@@ -15,6 +15,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from ..models.factor import FactorParams
 from ..models.gmm_params import GMMParams
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 #: class name -> parameter dataclass a node may rebuild from a message
-PARAMS_TYPES = {"GMMParams": GMMParams}
+PARAMS_TYPES = {"GMMParams": GMMParams, "FactorParams": FactorParams}
 #: ConfigRecord key naming the parameter class
 _TYPE_KEY = "__type__"
 #: ConfigRecord keys of a compressed payload: the codec's name and the encoded row

@@ -25,7 +25,7 @@ def reference_run(partitions, problem, settings, absent=None):
     ----------
     partitions : list of ndarray of shape (m_i, n_features)
         Client data in partition-id order.
-    problem : GMMProblem
+    problem : GMMProblem or FactorAnalysisProblem
     settings : FedEMSettings
     absent : dict of int -> iterable of int, optional
         Flower round r (1, 2, ...) -> clients (indices into ``partitions``) that were
@@ -39,7 +39,7 @@ def reference_run(partitions, problem, settings, absent=None):
     fed = Federation.from_clients(partitions)
     model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
-    theta0 = model.init_theta(fed, rng=rng, method=problem.init)
+    theta0 = model.init_theta(fed, rng=rng, **problem.init_kwargs())
     participation = None
     if absent:
         # Flower's round r is the engine's round r - 1 (Ŝ_{r-1} -> Ŝ_r)
@@ -63,7 +63,7 @@ def private_reference_run(partitions, problem, settings, privacy):
     d = fed.n_features
     model = public_model(problem.build_model(d, np.zeros(d)), privacy)
     rng = np.random.default_rng(settings.seed)
-    theta0 = public_theta(model, privacy, rng, method=problem.init)
+    theta0 = public_theta(model, privacy, rng, **problem.init_kwargs())
     algo = PrivateFedEM(model, privacy, participation=settings.participation, step_size=settings.step_size,
                         safeguard=settings.safeguard)
     return algo.run(public_federation(fed, model, privacy), theta0, settings.n_rounds, random_state=rng)

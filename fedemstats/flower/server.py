@@ -5,7 +5,7 @@ import logging
 
 from flwr.serverapp import ServerApp
 
-from .gmm import PROBLEM_TYPES
+from .problems import PROBLEM_TYPES
 from .private_strategy import PrivateFedEMStrategy, privacy_from_run_config
 from .settings import FedEMSettings
 from .strategy import FedEMStrategy

@@ -29,7 +29,7 @@ from .factor_geometry import factor_geometry
 from .gmm_denoise import NOISE_FLOOR, floor_full_second_moments
 
 __all__ = ["FactorParams", "FactorAnalysisModel", "factor_posterior", "factor_log_likelihood",
-           "factor_transform", "init_factor", "NOISE_REL_FLOOR"]
+           "factor_transform", "init_factor", "init_factor_from_moments", "NOISE_REL_FLOOR"]
 
 #: Noise variances are floored at NOISE_REL_FLOOR times the square of the coordinate's
 #: public scale (its standard deviation; the data's scale for a constant column), so
@@ -152,7 +152,14 @@ def factor_transform(X, theta):
 
 def init_factor(federation, n_factors, noise_variance_init=None, scale=None):
     """Initial :class:`FactorParams` from global pairwise moments (the clients' sums only,
-    see :func:`._summaries.nan_moments`).
+    see :func:`._summaries.nan_moments`): :func:`init_factor_from_moments` on them."""
+    mean, cov = nan_moments(federation)
+    return init_factor_from_moments(mean, cov, n_factors, noise_variance_init, scale)
+
+
+def init_factor_from_moments(mean, cov, n_factors, noise_variance_init=None, scale=None):
+    """Initial :class:`FactorParams` from a global mean and covariance (a Flower server has
+    these from the nodes' descriptions, ``fedemstats.flower.nodes.pooled_moments``).
 
     Like scikit-learn's first iteration: ``Ψ₀ = diag(S)`` (or the user's, capped at diag(S)), loadings from
     the leading eigenpairs ``(ℓ, v)`` of ``Ψ₀^{-1/2} S Ψ₀^{-1/2}``:
@@ -160,8 +167,9 @@ def init_factor(federation, n_factors, noise_variance_init=None, scale=None):
 
     Parameters
     ----------
-    federation : Federation
-        NaN where missing.
+    mean : ndarray of shape (d,)
+    cov : ndarray of shape (d, d)
+        Symmetric (pairwise-complete moments need not be positive definite).
     n_factors : int
     noise_variance_init : ndarray of shape (d,), optional
     scale : ndarray of shape (d,), optional
@@ -172,7 +180,7 @@ def init_factor(federation, n_factors, noise_variance_init=None, scale=None):
     -------
     FactorParams
     """
-    mean, cov = nan_moments(federation)
+    mean, cov = np.array(mean, dtype=np.float64), np.asarray(cov, dtype=np.float64)
     var = np.diag(cov).copy()
     unit = np.full_like(var, max(var.max(), 0.0) or 1.0) if scale is None else np.asarray(scale) ** 2
     floor = np.maximum(var, NOISE_REL_FLOOR * unit)
