@@ -40,10 +40,21 @@ def tools_installed():
     return all((BIN / tool).exists() for tool in ("flower-superlink", "flower-supernode", "flwr"))
 
 
+#: ports this process has handed out: the kernel may offer a port again as soon as its probe
+#: socket closes, and two SuperNodes given the same one made CI fail (one died with EADDRINUSE
+#: and the run waited for it until its timeout)
+_HANDED_OUT: set = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now and that this process has not handed out before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_port(port, timeout=START_TIMEOUT):
