@@ -12,7 +12,7 @@ pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip in
 from fedemstats.estimators import FederatedFactorAnalysis  # noqa: E402
 from fedemstats.flower import FactorAnalysisProblem, FedEMSettings, FedEMStrategy, GMMProblem  # noqa: E402
 from fedemstats.flower import make_client_app  # noqa: E402
-from fedemstats.flower.problems import PROBLEM_TYPES  # noqa: E402
+from fedemstats.flower.problems import PROBLEM_TYPES, problem_from_spec  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.server import problem_from_run_config  # noqa: E402
 from fedemstats.flower.testing import LocalGrid  # noqa: E402
@@ -97,6 +97,13 @@ def test_the_problem_round_trips_through_its_spec_and_the_run_config():
         FactorAnalysisProblem.from_spec(GMMProblem(2).spec())
     with pytest.raises(ValueError, match="n_factors"):
         FactorAnalysisProblem(0)
+    # what a node rebuilds from a spec it received
+    assert problem_from_spec(problem.spec()) == problem
+    assert problem_from_spec(problem.spec(), FactorAnalysisProblem) == problem
+    with pytest.raises(ValueError, match=r"unknown problem 'poisson'; registered: \['fa', 'gmm'\]"):
+        problem_from_spec({"problem": "poisson"})
+    with pytest.raises(ValueError, match="this node serves 'gmm' problems; the server asked for 'fa'"):
+        problem_from_spec(problem.spec(), GMMProblem)
 
 
 def test_private_factor_analysis_on_flower_equals_the_in_process_distributed_run(data):

@@ -227,8 +227,7 @@ class FederatedEMMixin:
         if not self.converged_ and result.tests_convergence:
             warnings.warn(f"{type(self).__name__} did not converge in {self.max_iter_} M-steps "
                           f"(max_iter={self.max_iter!r}, tol={self.tol}): increase max_iter, or look at "
-                          "history_ (log-likelihood, "
-                          "step_size, rejected) for a stalled fit.", ConvergenceWarning, stacklevel=3)
+                          "history_ (log-likelihood, step_size, rejected) for a stalled fit.", ConvergenceWarning, stacklevel=3)
         self.lower_bound_ = float(result.history["loglik"].iloc[-1])
         if "epsilon" in result.history:
             dp = result.state.extra["dp"]

@@ -24,7 +24,7 @@ from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
 from ..models._summaries import client_moments
 from . import protocol as P
-from .problems import PROBLEM_TYPES
+from .problems import problem_from_spec
 from .node_state import NO_ROUND, NodeState, load_start_theta, load_state, save_start_theta, save_state
 from .records import (compressed_from_record, compressed_to_record, from_array_record, params_from_records,
                       to_array_record)
@@ -66,12 +66,7 @@ def load_csv_partition(context: Context) -> np.ndarray:
 
 
 def _problem_from(content: RecordDict, problem_type):
-    spec = dict(content[P.SPEC])
-    cls = PROBLEM_TYPES.get(spec.get("problem"))
-    if cls is None or (problem_type is not None and cls is not problem_type):
-        raise ValueError(f"this node serves {getattr(problem_type, 'name', problem_type)!r} problems; "
-                         f"the server asked for {spec.get('problem')!r}.")
-    return cls.from_spec(spec)
+    return problem_from_spec(dict(content[P.SPEC]), problem_type)
 
 
 def _reply(message, arrays=None, metrics=None, **records) -> Message:

@@ -14,7 +14,7 @@ from flwr.app import ConfigRecord
 from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 
 from ..privacy import DPConfig
-from .problems import PROBLEM_TYPES
+from .problems import problem_from_spec
 from .records import params_from_records, params_to_records, to_array_record
 
 __all__ = ["KIND_COUNT", "KIND_STATS", "release_fitins", "privacy_from_config", "problem_and_theta"]
@@ -78,10 +78,7 @@ def privacy_from_config(config, parameters) -> DPConfig:
 def problem_and_theta(config, parameters, problem_type=None):
     """The problem (from the allow-list) and θ_k of a statistics release."""
     spec = {k[len(_SPEC):]: v for k, v in config.items() if k.startswith(_SPEC)}
-    cls = PROBLEM_TYPES.get(spec.get("problem"))
-    if cls is None or (problem_type is not None and cls is not problem_type):
-        raise ValueError(f"this node serves {getattr(problem_type, 'name', problem_type)!r} problems; "
-                         f"the server asked for {spec.get('problem')!r}.")
+    problem = problem_from_spec(spec, problem_type)
     arrays = {k[len(_THETA):]: np.asarray(v) for k, v in _arrays(config, parameters).items() if k.startswith(_THETA)}
     scalars = {k[len(_THETA):]: v for k, v in config.items() if k.startswith(_THETA)}
-    return cls.from_spec(spec), params_from_records(to_array_record(**arrays), ConfigRecord(scalars))
+    return problem, params_from_records(to_array_record(**arrays), ConfigRecord(scalars))
