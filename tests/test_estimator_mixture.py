@@ -237,8 +237,9 @@ def test_verbose_logs_progress(caplog):
 
 def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
     """A fit that tests convergence and runs out of rounds raises ConvergenceWarning (it raised
-    nothing); a run that never tests it (VR-FedEM: mini-batches; tol = 0: a fixed number of rounds, as
-    the command line and the demo ask) does not warn at its budget."""
+    nothing), VR-FedEM's mini-batch runs too (they test it on their outer loops' full passes); a run
+    that never tests it (tol = 0: a fixed number of rounds, as the command line and the demo ask;
+    mini-batch FedEM) does not warn at its budget."""
     import warnings
     from sklearn.exceptions import ConvergenceWarning
     X, groups, centers = heterogeneous_problem()
@@ -249,9 +250,13 @@ def test_a_fit_stopped_by_max_iter_warns_as_scikit_learn_does():
         warnings.simplefilter("always")
         FederatedGaussianMixture(3, random_state=0).fit(X, groups=groups)
         FederatedGaussianMixture(3, max_iter=3, tol=0.0, random_state=0).fit(X, groups=groups)  # fixed rounds
-        FederatedGaussianMixture(3, algorithm="vr-fedem", compressor="dither:s=8", step_size=0.3, k_in=5,
-                                 batch_size=20, n_clients=10, max_iter=6, random_state=0).fit(X)
+        FederatedGaussianMixture(3, compressor="dither:s=8", batch_size=20, n_clients=10, max_iter=6,
+                                 random_state=0).fit(X)
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in 6 M-steps"):
+        vr = FederatedGaussianMixture(3, algorithm="vr-fedem", compressor="dither:s=8", step_size=0.3, k_in=5,
+                                      batch_size=20, n_clients=10, max_iter=6, random_state=0).fit(X)
+    assert not vr.converged_
 
 
 def test_downlink_compressor_reaches_the_algorithm_and_its_ledger():

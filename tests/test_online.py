@@ -83,11 +83,17 @@ def test_estimator_fits_with_vr_fedem(registered):
     assert "vr-fedem" in registered and "online" in registered
     model, fed, _ = problem(rows=80)
     groups = np.repeat(np.arange(fed.n_clients), fed.sizes)
-    est = FederatedGaussianMixture(3, algorithm="vr-fedem", step_size=0.5, batch_size=10, max_iter=60,
+    # 60 rounds each (tol = 0), so that the parameters can be compared
+    est = FederatedGaussianMixture(3, algorithm="vr-fedem", step_size=0.5, batch_size=10, max_iter=60, tol=0,
                                    random_state=0).fit(fed.X, groups=groups)
     assert est.history_["outer"].max() >= 2 and np.isfinite(est.means_).all()
     em = FederatedGaussianMixture(3, algorithm="em", max_iter=60, tol=0, random_state=0).fit(fed.X, groups=groups)
     np.testing.assert_allclose(np.sort(est.means_, 0), np.sort(em.means_, 0), atol=1e-3)
+    # at the default tol it stops on its outer loops' full passes, within tol of EM's log-likelihood
+    early = FederatedGaussianMixture(3, algorithm="vr-fedem", step_size=0.5, batch_size=10, max_iter=60,
+                                     random_state=0).fit(fed.X, groups=groups)
+    assert early.converged_ and early.n_iter_ < 60
+    assert abs(em.score(fed.X) - early.score(fed.X)) < early.tol
 
 
 def test_estimator_reads_k_in_and_online_parameters(registered):

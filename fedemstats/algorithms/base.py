@@ -133,6 +133,11 @@ class Algorithm(RoundZero):
         """Whether clients evaluate all their rows every round (no mini-batch noise)."""
         return self.batch_size is None
 
+    def tests_convergence(self) -> bool:
+        """Whether a run with ``tol > 0`` tests convergence at all: with full batches (every
+        round's log-likelihood is a full-data one); mini-batch runs go to their budget."""
+        return self.full_batches()
+
     def stochastic(self, n_clients) -> bool:
         """Whether the step is noisy: compression either way, partial participation or mini-batches."""
         return (self.omega() > 0.0 or not self.broadcast.lossless or not self.full_batches()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW", "STOCHASTIC_TOL_FRACTION", "WINDOW_SE_FRACTION",
-           "window_converged"]
+           "REFRESH_PATIENCE", "window_converged", "refresh_converged"]
 
 #: Shortest window of rounds over which the stochastic convergence test measures the gain
 #: (one noisy round is not convergence) ...
@@ -25,6 +25,10 @@ STOCHASTIC_TOL_FRACTION = 0.5
 #: that passes then shows an estimated gain per unit step below ``tol`` (bound + 2 SE), and a
 #: log-likelihood that is all noise (early rounds at p = 0.5, a stalled run) cannot pass.
 WINDOW_SE_FRACTION = 0.5
+#: VR-FedEM stops when this many consecutive outer loops each gained less than
+#: STOCHASTIC_TOL_FRACTION · ``tol`` per unit step (:func:`refresh_converged`): one loop whose
+#: rises and falls happen to cancel is not convergence.
+REFRESH_PATIENCE = 2
 
 
 def window_converged(trail, tol) -> bool:
@@ -62,3 +66,36 @@ def window_converged(trail, tol) -> bool:
         if abs(last_ll - ll) - 2.0 * se < allowed and spread < WINDOW_SE_FRACTION * allowed:
             return True
     return False
+
+
+def refresh_converged(gains, tol) -> bool:
+    """VR-FedEM's convergence test, on its outer loops (``docs/fedem.md``, "Convergence").
+
+    Parameters
+    ----------
+    gains : sequence of float
+        Per outer loop, the exact log-likelihood change between the two full passes that
+        bound it (every worker refreshes on all its rows, paper 003 Algorithm 2 line 20),
+        divided by the steps Σ γ t taken in between; NaN when nothing moved.
+    tol : float
+
+    Returns
+    -------
+    bool
+        Whether each of the last :data:`REFRESH_PATIENCE` loops gained less than
+        b = STOCHASTIC_TOL_FRACTION · ``tol`` per unit step, in absolute value: a loop
+        whose log-likelihood fell by more is not steady either.
+
+    Notes
+    -----
+    Both log-likelihoods are full-data values, so unlike :func:`window_converged` no noise
+    is to be accounted for; the mini-batch noise of the inner steps only moves the iterate.
+    Dividing by the steps keeps VR-FedEM's decreasing "auto" step from faking convergence.
+    Stalls where noise cancels the mean field's gain are not tested for: the step decreases
+    (Robbins-Monro, :data:`.controller.MINIBATCH_DECAY`), so the noise's share of a loop's
+    change vanishes while the mean field's gain per unit step does not.
+    """
+    recent = np.asarray(gains[-REFRESH_PATIENCE:], dtype=float)
+    if recent.size < REFRESH_PATIENCE or not np.all(np.isfinite(recent)):
+        return False
+    return bool(np.all(np.abs(recent) < STOCHASTIC_TOL_FRACTION * tol))

@@ -79,8 +79,9 @@ class FitResult:
     ledger : BitLedger
     converged : bool
     tests_convergence : bool
-        Whether the run tested convergence at all: a ``tol > 0`` and full batches (mini-batch
-        and VR-FedEM runs, private ones and ``tol = 0`` go to their round budget).
+        Whether the run tested convergence at all: a ``tol > 0`` and full batches, or VR-FedEM
+        (on its outer loops' full passes); mini-batch FedEM, private runs and ``tol = 0`` go to
+        their round budget.
     """
 
     theta: object
@@ -134,4 +135,4 @@ class AlgorithmRun:
         """The run so far as a :class:`FitResult`."""
         # tol = 0 asks for a fixed number of rounds (the command line, the demo): nothing to warn about
         return FitResult(self.theta, self.state, self.history, self.ledger, bool(converged),
-                         self.tol is not None and self.tol > 0 and bool(self.algorithm.full_batches()))
+                         self.tol is not None and self.tol > 0 and bool(self.algorithm.tests_convergence()))

@@ -23,6 +23,7 @@ from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from ..participation import FullParticipation
 from .base import Algorithm
+from .convergence import refresh_converged
 from .server import client_update, weighted_sums
 from .step_size import vr_fedem_batch_size
 from .streams import round_streams
@@ -31,6 +32,8 @@ __all__ = ["VRFedEM", "default_k_in", "FULL_BATCH"]
 
 #: ``batch_size`` value asking every worker to use all its rows (b = m_i)
 FULL_BATCH = "full"
+#: outer-loop gains kept for the convergence test (it reads the last REFRESH_PATIENCE)
+REFRESH_MEMORY = 8
 
 
 def default_k_in(sizes) -> int:
@@ -125,8 +128,31 @@ class VRFedEM(Algorithm):
         k_in, batch = self.resolved_sizes(federation)
         state.extra = {"s_local": state.extra.pop("mean_field_stats"), "s_prev": state.s_hat.copy(),
                        "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
-                       "loglik": state.extra.pop("mean_field_loglik_clients")}
+                       "loglik": state.extra.pop("mean_field_loglik_clients"),
+                       "refresh_ll": None, "travel": 0.0, "refresh_gains": []}
         return state
+
+    def tests_convergence(self) -> bool:
+        """Always (with ``tol > 0``): mini-batch runs too, on their outer loops' full passes
+        (:meth:`refresh_test`)."""
+        return True
+
+    def refresh_test(self, state, loglik, tol) -> tuple:
+        """The convergence test at a full pass (the first round of an outer loop).
+
+        ``loglik`` is ℓ(θ_{t,0}) on every row (the refresh, line 20, evaluates them all). The
+        outer loop that ended here gained ``loglik`` minus the previous full pass's value over
+        the steps Σ γ t taken since: :func:`.convergence.refresh_converged` tests the last few
+        such gains per unit step. Returns ``(converged, gain per unit step)``.
+        """
+        ex = state.extra
+        previous, travel = ex["refresh_ll"], ex["travel"]
+        ex["refresh_ll"], ex["travel"] = loglik, 0.0
+        if previous is None:
+            return False, np.nan
+        gain = (loglik - previous) / travel if travel > 0.0 else np.nan
+        ex["refresh_gains"] = (ex["refresh_gains"] + [gain])[-REFRESH_MEMORY:]
+        return tol is not None and refresh_converged(ex["refresh_gains"], tol), gain
 
     # ------------------------------------------------------------------ one round
     def start_outer_loop(self, state, federation) -> int:
@@ -152,6 +178,7 @@ class VRFedEM(Algorithm):
         """One inner iteration (t, k) -> (t, k+1) in place on ``state``."""
         ex, n = state.extra, federation.n_clients
         n_cond_exp = self.start_outer_loop(state, federation) if ex["inner"] == ex["k_in"] else 0
+        full_pass = ex["inner"] == 0  # ex["loglik"] is then every row's (round 0's pass, or the refresh)
         # at k = 0, Ŝ_{t,0} = Ŝ_{t,-1}: the difference in line 8 is exactly zero
         if ex["inner"] > 0:
             n_cond_exp += self.control_variate_step(state, federation, rng)
@@ -165,6 +192,11 @@ class VRFedEM(Algorithm):
                                weighted_sums(q_rows, federation.weights, np.ones(n)), ex["loglik"],
                                noise, geometries, alpha, tol)
         ex["inner"] += 1
+        if not self.full_batches():
+            # mini-batch log-likelihoods carry sampling noise: only the full passes are tested
+            row["converged"], row["gain"] = self.refresh_test(state, row["loglik"], tol) if full_pass \
+                else (False, np.nan)
+        ex["travel"] += row["step_size"] * row["step_fraction"]
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
         ledger.record(state.round, uplink, downlink, n)

@@ -167,12 +167,12 @@ class FederatedEMMixin:
     def _max_iter_for(self, algo, n_clients) -> int:
         """The M-steps a fit may take: ``max_iter``, or for ``"auto"`` :attr:`_exact_max_iter`,
         times :data:`NOISY_MAX_ITER_FACTOR` when ``algo`` takes noisy steps and tests convergence
-        (full batches), and :data:`PRIVATE_MAX_ITER` for a private run (``algo`` None)."""
+        (full batches, or VR-FedEM), and :data:`PRIVATE_MAX_ITER` for a private run (``algo`` None)."""
         if self.max_iter != "auto":
             return int(self.max_iter)
         if algo is None:
             return PRIVATE_MAX_ITER
-        noisy = self.tol > 0 and algo.full_batches() and algo.stochastic(n_clients)
+        noisy = self.tol > 0 and algo.tests_convergence() and algo.stochastic(n_clients)
         return self._exact_max_iter * (NOISY_MAX_ITER_FACTOR if noisy else 1)
 
     def _run_algorithm(self, model, federation, theta0, rng):

@@ -70,7 +70,7 @@ class FederatedFactorAnalysis(FederatedEMMixin, ClassNamePrefixFeaturesOutMixin,
         Stop when the mean log-likelihood per row gains less than ``tol`` in a round
         (scikit-learn's ``tol`` is on the total log-likelihood); compressed or partial
         runs use the noisy-run test of ``docs/fedem.md`` ("Convergence") with this ``tol``.
-        Mini-batch runs do not test it.
+        VR-FedEM tests it on its outer loops' full passes; mini-batch FedEM does not test it.
     copy : bool, default=True
         Kept for API compatibility; the input is never modified.
     max_iter : int or "auto", default="auto"

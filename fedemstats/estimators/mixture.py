@@ -64,14 +64,15 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         Convergence threshold on the mean log-likelihood gain per row. Exact EM stops when
         a round gains less (scikit-learn's rule); compressed or partial runs when the gain
         per unit step, its noise and the estimated gain of an EM step say the same
-        (``docs/fedem.md``, "Convergence"). Mini-batch runs do not test it.
+        (``docs/fedem.md``, "Convergence"). VR-FedEM with mini-batches tests it on its outer
+        loops' full passes; mini-batch FedEM and online EM do not test it.
     reg_covar : float, default=1e-6
         Added to the covariance diagonals, as scikit-learn does.
     max_iter : int or "auto", default="auto"
         Maximum number of M-steps; round 0 performs the first, so at most
         ``max_iter - 1`` FedEM rounds run (``n_iter_`` counts M-steps). ``"auto"``: 100
-        (scikit-learn's default) for exact EM and mini-batch runs, and 500 for a
-        run whose steps are noisy (a lossy compressor either way, partial participation),
+        (scikit-learn's default) for exact EM and mini-batch FedEM, and 500 for a run
+        whose steps are noisy (a lossy compressor either way, partial participation, VR-FedEM),
         which needs more rounds than exact EM; 10 for a private fit (each round is a release, so
         more rounds mean more noise in each); ``max_iter_`` holds the value used.
     n_init : int, default=1
