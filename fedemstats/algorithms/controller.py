@@ -105,6 +105,10 @@ class ControllerState:
     trail : list of tuple
         (ℓ̂, var ℓ̂, move, step_sigma²) of the last CONVERGENCE_WINDOW + 1 rounds, for the
         convergence test (move and step_sigma of the step that led to the round's iterate).
+    ceiling : float or None
+        A bound on "auto"'s γ that replaces the mini-batch decay k^(-MINIBATCH_DECAY) when set:
+        VR-FedEM's, from the noise its workers' statistics are found to carry at each refresh
+        (:func:`.vr_fedem.spider_ceiling`).
     """
 
     loglik_memory: np.ndarray
@@ -121,6 +125,7 @@ class ControllerState:
     descending: bool = False
     probing: bool = False
     step_sigma: float = 0.0
+    ceiling: float | None = None
 
     @property
     def field_sq(self) -> float:
@@ -272,7 +277,8 @@ class StepController:
         wanted = min(wiener, AUTO_GROWTH * cs.gamma_prev, cs.cap)
         floor = self.gamma_floor(cs)
         cs.smallest = wanted <= floor
-        return float(min(max(wanted, floor), float(k) ** -self.decay))
+        ceiling = float(k) ** -self.decay if cs.ceiling is None else cs.ceiling
+        return float(min(max(wanted, floor), ceiling))
 
     def gamma_floor(self, cs) -> float:
         """The smallest γ "auto" takes: AUTO_GAMMA_MIN, lowered so that the step's noise

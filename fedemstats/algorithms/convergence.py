@@ -90,10 +90,11 @@ def refresh_converged(gains, tol) -> bool:
     -----
     Both log-likelihoods are full-data values, so unlike :func:`window_converged` no noise
     is to be accounted for; the mini-batch noise of the inner steps only moves the iterate.
-    Dividing by the steps keeps VR-FedEM's decreasing "auto" step from faking convergence.
-    Stalls where noise cancels the mean field's gain are not tested for: the step decreases
-    (Robbins-Monro, :data:`.controller.MINIBATCH_DECAY`), so the noise's share of a loop's
-    change vanishes while the mean field's gain per unit step does not.
+    Dividing by the steps keeps a small step from faking convergence. Stalls where noise
+    cancels the mean field's gain are not tested for separately: "auto" keeps the workers'
+    drift at most :data:`.vr_fedem.SPIDER_NOISE_MAX` of E‖P H‖² and the compression noise
+    under the Wiener rule, so a loop's gain per unit step stays of the order of the mean
+    field's (measured in ``docs/fedem.md``, "Convergence").
     """
     recent = np.asarray(gains[-REFRESH_PATIENCE:], dtype=float)
     if recent.size < REFRESH_PATIENCE or not np.all(np.isfinite(recent)):

@@ -11,7 +11,10 @@ Algorithm 1 with p = 1).
 
 One *round* is one inner iteration (one communication); outer loop t covers
 rounds (t-1) k_in + 1 ... t k_in, so ``k_out = ceil(n_rounds / k_in)``. The refresh
-is local (S_{t,0,i} never leaves the worker) and costs no bits.
+is local (S_{t,0,i} never leaves the worker); with mini-batches each worker reports one float64,
+how far its statistic had drifted from the exact local mean (:meth:`VRFedEM.start_outer_loop`),
+from which "auto" sets the next loop's ceiling on γ (:func:`spider_ceiling`), and the full pass's
+exact log-likelihood is where the convergence test runs (:meth:`VRFedEM.refresh_test`).
 """
 from __future__ import annotations
 
@@ -23,17 +26,48 @@ from .._validation import check_int
 from ..ledger import FLOAT64_BITS
 from ..participation import FullParticipation
 from .base import Algorithm
+from .controller import AUTO_GROWTH, CAP_MIN
 from .convergence import refresh_converged
 from .server import client_update, weighted_sums
 from .step_size import vr_fedem_batch_size
 from .streams import round_streams
 
-__all__ = ["VRFedEM", "default_k_in", "FULL_BATCH"]
+__all__ = ["VRFedEM", "default_k_in", "spider_ceiling", "FULL_BATCH", "SPIDER_NOISE_MAX", "SPIDER_START_CEILING"]
 
 #: ``batch_size`` value asking every worker to use all its rows (b = m_i)
 FULL_BATCH = "full"
 #: outer-loop gains kept for the convergence test (it reads the last REFRESH_PATIENCE)
 REFRESH_MEMORY = 8
+#: "auto" with mini-batches: the error of the workers' statistics in the direction, measured at
+#: each refresh, is steered to at most this fraction of E‖P H‖² (:func:`spider_ceiling`) ...
+SPIDER_NOISE_MAX = 0.25
+#: ... from this ceiling on γ in the first outer loop, before any error is measured (1.0 took
+#: diabetes, full covariances, to another optimum 0.72 nats per row below exact EM's; 0.25 was slower)
+SPIDER_START_CEILING = 0.5
+
+
+def spider_ceiling(ceiling, noise_ratio) -> float:
+    """The next outer loop's ceiling on "auto"'s γ (VR-FedEM with mini-batches).
+
+    A worker's statistic S_{t,k,i} drifts from its exact local mean inside an outer loop by the
+    sampling errors of its mini-batch differences (line 8); each difference spans one step, so
+    the drift grows like γ². The ceiling is scaled by √(SPIDER_NOISE_MAX / ``noise_ratio``), by at
+    most AUTO_GROWTH up, within [CAP_MIN, 1]. The rule it replaces, the mini-batch runs'
+    k^(-MINIBATCH_DECAY), averages the noise out at a speed that does not depend on it: VR-FedEM
+    then ran 100 M-steps up to 0.27 nats per row short of exact EM (``docs/fedem.md``, "Step size").
+
+    Parameters
+    ----------
+    ceiling : float
+        This outer loop's ceiling.
+    noise_ratio : float
+        ‖P Σ_i w_i e_i‖² / E‖P H‖², e_i = S_{t,k_in,i} − s̄_i the drift found at the refresh, in
+        the model's geometry; NaN (nothing measured) keeps the ceiling.
+    """
+    if not np.isfinite(noise_ratio):
+        return float(ceiling)
+    factor = AUTO_GROWTH if noise_ratio <= 0.0 else min(AUTO_GROWTH, math.sqrt(SPIDER_NOISE_MAX / noise_ratio))
+    return float(min(1.0, max(CAP_MIN, ceiling * factor)))
 
 
 def default_k_in(sizes) -> int:
@@ -130,6 +164,8 @@ class VRFedEM(Algorithm):
                        "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
                        "loglik": state.extra.pop("mean_field_loglik_clients"),
                        "refresh_ll": None, "travel": 0.0, "refresh_gains": []}
+        if not self.full_batches():
+            state.control.ceiling = SPIDER_START_CEILING
         return state
 
     def tests_convergence(self) -> bool:
@@ -155,13 +191,35 @@ class VRFedEM(Algorithm):
         return tol is not None and refresh_converged(ex["refresh_gains"], tol), gain
 
     # ------------------------------------------------------------------ one round
-    def start_outer_loop(self, state, federation) -> int:
+    def start_outer_loop(self, state, federation, coords) -> tuple:
         """Lines 17-21: Ŝ_{t+1,0} = Ŝ_{t+1,-1} = Ŝ_{t,k_in}, V carried over, each worker
-        refreshes S_{t+1,0,i} to its exact local mean. Returns the rows evaluated."""
+        refreshes S_{t+1,0,i} to its exact local mean.
+
+        Returns
+        -------
+        n_rows : int
+            Rows evaluated.
+        drift_sq : ndarray of shape (n_clients,)
+            ‖P e_i‖², e_i = S_{t,k_in,i} − s̄_i(T(Ŝ)): how far each worker's statistic had drifted
+            from its exact local mean, in the geometry ``coords`` (one scalar per worker).
+        """
         ex = state.extra
         stats, loglik = self.model.client_stats(federation, self.model.t_map(state.s_hat))
+        drift = coords.forward(ex["s_local"] - stats)
         ex.update(s_local=stats, s_prev=state.s_hat.copy(), inner=0, outer=ex["outer"] + 1, loglik=loglik)
-        return federation.n_rows
+        return federation.n_rows, np.einsum("ij,ij->i", drift, drift)
+
+    @staticmethod
+    def spider_noise(state, weights, drift_sq) -> float:
+        """The server's side of the refresh: the drift's share of the direction,
+        Σ_i w_i² ‖P e_i‖² / E‖P H‖² (workers draw their mini-batches independently, so the
+        errors' cross terms vanish in expectation), and the next loop's ceiling on γ."""
+        cs = state.control
+        if not cs.total_avg:
+            return np.nan
+        ratio = float(weights ** 2 @ drift_sq) / cs.total_avg
+        cs.ceiling = spider_ceiling(cs.ceiling, ratio)
+        return ratio
 
     def control_variate_step(self, state, federation, rng) -> int:
         """Line 8: S_{t,k+1,i} = S_{t,k,i} + mean_{j in B} [s̄_ij(T(Ŝ_{t,k})) - s̄_ij(T(Ŝ_{t,k-1}))]
@@ -177,13 +235,17 @@ class VRFedEM(Algorithm):
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):
         """One inner iteration (t, k) -> (t, k+1) in place on ``state``."""
         ex, n = state.extra, federation.n_clients
-        n_cond_exp = self.start_outer_loop(state, federation) if ex["inner"] == ex["k_in"] else 0
+        geometries = self.round_geometries(self.model.t_map(state.s_hat), state.s_hat, n)
+        n_cond_exp, noise_ratio, drift_bits = 0, np.nan, 0
+        if ex["inner"] == ex["k_in"]:
+            n_cond_exp, drift_sq = self.start_outer_loop(state, federation, geometries[1])
+            if not self.full_batches():  # each worker reports its drift: one float64
+                noise_ratio, drift_bits = self.spider_noise(state, federation.weights, drift_sq), n * FLOAT64_BITS
         full_pass = ex["inner"] == 0  # ex["loglik"] is then every row's (round 0's pass, or the refresh)
         # at k = 0, Ŝ_{t,0} = Ŝ_{t,-1}: the difference in line 8 is exactly zero
         if ex["inner"] > 0:
             n_cond_exp += self.control_variate_step(state, federation, rng)
         everyone = np.arange(n)
-        geometries = self.round_geometries(self.model.t_map(state.s_hat), state.s_hat, n)
         message, q_rows, state.v_clients, noise = client_update(
             ex["s_local"], state.s_hat, state.v_clients, self.compressor, alpha,
             round_streams(state.entropy, state.round, everyone), geometries[1])
@@ -197,10 +259,11 @@ class VRFedEM(Algorithm):
             row["converged"], row["gain"] = self.refresh_test(state, row["loglik"], tol) if full_pass \
                 else (False, np.nan)
         ex["travel"] += row["step_size"] * row["step_fraction"]
-        uplink = self.compressor.bits(message) + n * FLOAT64_BITS
+        uplink = self.compressor.bits(message) + n * FLOAT64_BITS + drift_bits
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
         ledger.record(state.round, uplink, downlink, n)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=n,
-                       n_cond_exp=n_cond_exp, outer=ex["outer"], h_norm2=self.h_norm2(federation, state.s_hat),
+                       n_cond_exp=n_cond_exp, outer=ex["outer"], spider_noise=noise_ratio,
+                       h_norm2=self.h_norm2(federation, state.s_hat),
                        **row)
         return state
