@@ -61,8 +61,9 @@ def spider_ceiling(ceiling, noise_ratio) -> float:
     ceiling : float
         This outer loop's ceiling.
     noise_ratio : float
-        ‖P Σ_i w_i e_i‖² / E‖P H‖², e_i = S_{t,k_in,i} − s̄_i the drift found at the refresh, in
-        the model's geometry; NaN (nothing measured) keeps the ceiling.
+        Σ_i w_i² ‖P e_i‖² / E‖P H‖² (:meth:`VRFedEM.spider_noise`), e_i = S_{t,k_in,i} − s̄_i the
+        drift found at the refresh, in the model's geometry: the expected ‖P Σ_i w_i e_i‖², the
+        drift's part of the direction, relative to it. NaN (nothing measured) keeps the ceiling.
     """
     if not np.isfinite(noise_ratio):
         return float(ceiling)
