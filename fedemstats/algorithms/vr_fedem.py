@@ -259,7 +259,7 @@ class VRFedEM(Algorithm):
             # mini-batch log-likelihoods carry sampling noise: only the full passes are tested
             row["converged"], row["gain"] = self.refresh_test(state, row["loglik"], tol) if full_pass \
                 else (False, np.nan)
-        ex["travel"] += row["step_size"] * row["step_fraction"]
+            ex["travel"] += row["step_size"] * row["step_fraction"]
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS + drift_bits
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
         ledger.record(state.round, uplink, downlink, n)
