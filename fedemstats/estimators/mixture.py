@@ -107,7 +107,8 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         transfers at 1024 levels (``docs/fedem.md``, round 0).
     batch_size : int, optional
         Rows per client per round (stochastic FedEM, VR-FedEM, online EM); ``None`` is
-        exact local means (VR-FedEM: Theorem 3's ``ceil(k_in / (1 + ω)²)``).
+        exact local means (VR-FedEM: Theorem 3's ``ceil(k_in / (1 + ω)²)``). Stochastic FedEM
+        runs ``max_iter`` rounds; VR-FedEM stops when its full passes say it has converged.
     k_in : int, optional
         VR-FedEM inner steps per outer loop; default ``ceil(sqrt(m))``.
     online_power, online_gamma0 : float, default=0.6, 1.0
