@@ -68,6 +68,9 @@ class Compressor:
     """
 
     name = "base"
+    #: Whether :meth:`noise_estimate` is unbiased (else an upper estimate): VR-FedEM tests
+    #: convergence only with such a compressor (:meth:`~fedemstats.algorithms.VRFedEM.tests_convergence`).
+    unbiased_noise = False
 
     def compress(self, x, rng, blocks=None) -> Message:
         """Encode rows.
@@ -285,6 +288,7 @@ class Identity(Compressor):
     """
 
     name = "identity"
+    unbiased_noise = True
 
     def __init__(self, dtype="float64"):
         if dtype not in ("float64", "float32"):

@@ -283,6 +283,11 @@ class RandomDithering(Compressor):
         if levels.size and np.abs(levels).max() > s:
             raise ValueError(f"a dithering level is outside [-{s}, {s}].")
 
+    @property
+    def unbiased_noise(self) -> bool:
+        """r = 2 sends each block's 2-norm, from which the noise is estimated without bias."""
+        return self.r == 2.0
+
     def omega(self, q, blocks=None) -> float:
         """min(d/(4 s^2), sqrt(d)/s) with d = q, or the largest block size if per_block."""
         d = int(np.max(np.diff(self._blocks(int(q), blocks))))
