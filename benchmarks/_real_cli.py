@@ -1,4 +1,4 @@
-"""Command line shared by the real-data benchmarks (``bench_real_data.py``, ``bench_bits.py``)."""
+"""Command line and problem loop shared by the real-data benchmarks (``bench_real_data.py``, ``bench_bits.py``, ``bench_continuity.py``, ``bench_vr.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,10 @@ import logging
 from pathlib import Path
 
 from _real_models import MODELS
-from _real_tables import SEED, TABLES
+from _real_splits import make_splits
+from _real_tables import SEED, TABLES, load_table
 
-__all__ = ["parse_real_args"]
+__all__ = ["parse_real_args", "each_problem"]
 
 
 def parse_real_args(argv, *, description, results, quick_tables, quick_models, extra=None):
@@ -46,3 +47,13 @@ def parse_real_args(argv, *, description, results, quick_tables, quick_models, e
     full = not (args.quick or args.only or args.models or any(getattr(args, a.dest) for a in selections))
     out = args.out or (results if full else None)
     return args, names, models, out
+
+
+def each_problem(names, models, seed):
+    """Yield ``(table, split, config)`` for every table in ``names``, its het and iid splits and
+    every model in ``models``, in report order (each table loaded once)."""
+    for name in names:
+        table = load_table(name, seed=seed)
+        for split in make_splits(table, seed=seed).values():
+            for model_name in models:
+                yield table, split, MODELS[model_name]

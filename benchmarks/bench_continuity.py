@@ -22,10 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _bits_runs import EXACT_KWARGS, make_problem  # noqa: E402
-from _real_cli import parse_real_args  # noqa: E402
-from _real_models import MODELS  # noqa: E402
-from _real_splits import make_splits  # noqa: E402
-from _real_tables import load_table  # noqa: E402
+from _real_cli import each_problem, parse_real_args  # noqa: E402
 from bench_real_data import machine_note  # noqa: E402
 from fedemstats.algorithms import FedEM  # noqa: E402
 
@@ -90,14 +87,11 @@ def main(argv=None):
     args, names, models, out = parse_real_args(argv, description=__doc__.splitlines()[0], results=RESULTS,
                                                quick_tables=("iris", "diabetes"), quick_models=("gmm-full",))
     start, rows = time.perf_counter(), []
-    for name in names:
-        table = load_table(name, seed=args.seed)
-        for split in make_splits(table, seed=args.seed).values():
-            for model_name in models:
-                row = measure(table, split, MODELS[model_name], args.seed)
-                logger.info("%-14s %s %-9s %s", name, split.name, model_name,
-                            "  ".join(f"s={s}: {row[s][0]:.1e}" for s in LEVELS))
-                rows.append(row)
+    for table, split, config in each_problem(names, models, args.seed):
+        row = measure(table, split, config, args.seed)
+        logger.info("%-14s %s %-9s %s", table.name, split.name, config.name,
+                    "  ".join(f"s={s}: {row[s][0]:.1e}" for s in LEVELS))
+        rows.append(row)
     text = report(rows, time.perf_counter() - start)
     print(text)
     if out is not None:
