@@ -149,6 +149,11 @@ def test_each_worker_measures_its_own_drift_at_the_refresh():
     ratio = VRFedEM.spider_noise(state, fed.weights, drift_sq)
     assert ratio == pytest.approx(fed.weights ** 2 @ drift_sq / 2.0, rel=1e-12)
     assert state.control.ceiling == spider_ceiling(0.5, ratio)
+    # full batches track the exact mean: nothing to measure, nothing sent
+    full = VRFedEM(model, compressor="dither:s=4", batch_size="full", k_in=4).start(fed, theta0, random_state=0)
+    for _ in range(3):
+        full.step()
+    assert full.algorithm.start_outer_loop(full.state, fed, _Plain())[1] is None
 
 
 def test_auto_steps_stay_under_the_ceiling_the_refreshes_set_and_the_reports_are_counted():

@@ -207,15 +207,19 @@ class VRFedEM(Algorithm):
         -------
         n_rows : int
             Rows evaluated.
-        drift_sq : ndarray of shape (n_clients,)
+        drift_sq : ndarray of shape (n_clients,) or None
             ‖P e_i‖², e_i = S_{t,k_in,i} − s̄_i(T(Ŝ)): how far each worker's statistic had drifted
-            from its exact local mean, in the geometry ``coords`` (one scalar per worker).
+            from its exact local mean, in the geometry ``coords`` (one scalar per worker). None with
+            full batches: the tracked statistic is then the exact mean up to rounding.
         """
         ex = state.extra
         stats, loglik = self.model.client_stats(federation, self.model.t_map(state.s_hat))
-        drift = coords.forward(ex["s_local"] - stats)
+        drift_sq = None
+        if not self.full_batches():
+            drift = coords.forward(ex["s_local"] - stats)
+            drift_sq = np.einsum("ij,ij->i", drift, drift)
         ex.update(s_local=stats, s_prev=state.s_hat.copy(), inner=0, outer=ex["outer"] + 1, loglik=loglik)
-        return federation.n_rows, np.einsum("ij,ij->i", drift, drift)
+        return federation.n_rows, drift_sq
 
     @staticmethod
     def spider_noise(state, weights, drift_sq) -> float:
@@ -247,7 +251,7 @@ class VRFedEM(Algorithm):
         n_cond_exp, noise_ratio, drift_bits = 0, np.nan, 0
         if ex["inner"] == ex["k_in"]:
             n_cond_exp, drift_sq = self.start_outer_loop(state, federation, geometries[1])
-            if not self.full_batches():  # each worker reports its drift: one float64
+            if drift_sq is not None:  # each worker reports its drift: one float64
                 noise_ratio, drift_bits = self.spider_noise(state, federation.weights, drift_sq), n * FLOAT64_BITS
         full_pass = ex["inner"] == 0  # ex["loglik"] is then every row's (round 0's pass, or the refresh)
         # at k = 0, Ŝ_{t,0} = Ŝ_{t,-1}: the difference in line 8 is exactly zero

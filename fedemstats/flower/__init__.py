@@ -41,6 +41,7 @@ if _version_tuple(getattr(_flwr, "__version__", "0")) < MIN_FLWR_VERSION:  # pra
 from .client import load_csv_partition, make_client_app  # noqa: E402
 from .factor import FactorAnalysisProblem  # noqa: E402
 from .gmm import GMMProblem  # noqa: E402
+from .imputer import ImputerProblem  # noqa: E402
 from .private_client import make_private_client_app  # noqa: E402
 from .private_strategy import PrivateFedEMStrategy  # noqa: E402
 from .records import wire_bytes  # noqa: E402
@@ -53,6 +54,7 @@ __all__ = [
     "FedEMStrategy",
     "GMMProblem",
     "FactorAnalysisProblem",
+    "ImputerProblem",
     "load_csv_partition",
     "make_client_app",
     "make_private_client_app",

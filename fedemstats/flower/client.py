@@ -22,6 +22,7 @@ from ..algorithms.server import client_update
 from ..algorithms.start import round0_compressor
 from ..algorithms.streams import round_streams
 from ..federation import MIN_CLIENT_ROWS, Federation
+from ..models._pair_moments import client_pair_moments
 from ..models._summaries import client_moments
 from . import protocol as P
 from .problems import problem_from_spec
@@ -49,12 +50,14 @@ def partition_id_of(context: Context) -> int:
 @functools.lru_cache(maxsize=4)
 def _read_csv(path: str, mtime: float) -> np.ndarray:
     # mtime is part of the cache key so an edited file is read again
-    return check_array_2d(np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2), name=path)
+    # NaN (a missing value, written "nan") is read; whether the problem accepts it is checked later
+    return check_array_2d(np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2), name=path, allow_nan=True)
 
 
 def load_csv_partition(context: Context) -> np.ndarray:
     """Rows of this node: node config ``data-path``, else ``<data-dir>/partition-<id>.csv``
-    with ``data-dir`` from the node or run config. Comma-separated numbers, no header."""
+    with ``data-dir`` from the node or run config. Comma-separated numbers, no header; ``nan``
+    marks a missing value (accepted by problems with ``allow_nan`` only)."""
     path = context.node_config.get(P.DATA_PATH)
     if not path:
         folder = context.node_config.get(P.DATA_DIR) or context.run_config.get(P.DATA_DIR)
@@ -90,19 +93,26 @@ class _Node:
         self.problem_type = problem_type
         self.load_partition = load_partition
 
-    def _data(self, context):
-        # any loader's rows, not only the CSV reader's: NaN, inf or a wrong shape fail here, loudly
-        X = check_array_2d(self.load_partition(context), name="the node's partition")
+    def _data(self, context, allow_nan=False):
+        # any loader's rows, not only the CSV reader's: NaN (unless the problem allows it), inf or a
+        # wrong shape fail here, loudly
+        X = check_array_2d(self.load_partition(context), name="the node's partition", allow_nan=allow_nan)
         if X.shape[0] < MIN_ROWS:
             raise ValueError(f"partition has {X.shape[0]} row(s); at least {MIN_ROWS} are needed "
                              "so that no statistic is a single raw row.")
+        if allow_nan:
+            empty = np.flatnonzero(np.isnan(X).all(axis=1))
+            if empty.size:
+                raise ValueError(f"row(s) {empty[:10].tolist()} of the partition have no observed value; they "
+                                 "carry no information: drop them.")
         return X
 
     def _model_and_federation(self, message, context):
-        X = self._data(context)
         problem = _problem_from(message.content, self.problem_type)
+        X = self._data(context, problem.allow_nan)
         public = from_array_record(message.content[P.ARRAYS])
-        return problem.build_model(X.shape[1], public["shift"], public["column_scale"]), Federation(X, [0, X.shape[0]])
+        return (problem.build_model(X.shape[1], public["shift"], public["column_scale"]),
+                Federation(X, [0, X.shape[0]], allow_nan=problem.allow_nan))
 
     def _check_partition(self, config, context):
         expected, own = int(config[P.PARTITION_ID]), partition_id_of(context)
@@ -110,11 +120,18 @@ class _Node:
             raise ValueError(f"instruction for partition {expected} reached partition {own}.")
 
     def describe(self, message: Message, context: Context) -> Message:
-        """Partition id, row count, local mean and centred scatter (for global moments)."""
-        X = self._data(context)
-        sizes, means, scatters = client_moments(Federation(X, [0, X.shape[0]]))  # the client part of global_moments
-        return _reply(message, arrays={"mean": means[0], "scatter": scatters[0]},
-                      metrics={P.PARTITION_ID: partition_id_of(context), "n-rows": int(sizes[0])})
+        """Partition id, row count and the client part of the global moments: local mean and
+        centred scatter, or, for a problem whose rows may miss values, pairwise-complete moments
+        (:func:`fedemstats.models._pair_moments.client_pair_moments`)."""
+        problem = _problem_from(message.content, self.problem_type)
+        X = self._data(context, problem.allow_nan)
+        if problem.allow_nan:
+            arrays = client_pair_moments(X)
+        else:
+            _, means, scatters = client_moments(Federation(X, [0, X.shape[0]]))  # the client part of global_moments
+            arrays = {"mean": means[0], "scatter": scatters[0]}
+        return _reply(message, arrays=arrays, metrics={P.PARTITION_ID: partition_id_of(context),
+                                                       "n-rows": int(X.shape[0])})
 
     def stats(self, message: Message, context: Context) -> Message:
         """Round 0 (:mod:`fedemstats.algorithms.start`). Exact: s̄_i(θ) at the θ sent, or at

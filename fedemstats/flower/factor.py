@@ -24,6 +24,8 @@ class FactorAnalysisProblem:
     """
 
     name = "fa"
+    #: nodes refuse NaN and describe their rows with counts, means and centred scatters
+    allow_nan = False
 
     def __init__(self, n_factors):
         self.n_factors = check_int(n_factors, "n_factors")

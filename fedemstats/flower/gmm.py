@@ -37,6 +37,8 @@ class GMMProblem:
     """
 
     name = "gmm"
+    #: nodes refuse NaN and describe their rows with counts, means and centred scatters
+    allow_nan = False
 
     def __init__(self, n_components, covariance_type="full", reg_covar=1e-6, init="random"):
         self.n_components = check_int(n_components, "n_components")

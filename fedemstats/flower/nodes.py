@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 
 from ..federation import MIN_CLIENT_ROWS
+from ..models._pair_moments import PAIR_MOMENT_NAMES, combine_pair_moments
 from ..models._summaries import combine_moments
 from . import protocol as P
 from .validation import InvalidReply, check_description
@@ -28,13 +29,17 @@ POLL_SECONDS = 0.5
 
 @dataclass(frozen=True)
 class Description:
-    """What a node told about its partition (aggregates only)."""
+    """What a node told about its partition (aggregates only).
+
+    ``moments`` holds ``mean`` (d,) and ``scatter`` (d, d): the local mean and centred scatter,
+    or, for a problem whose rows may miss values (``problem.allow_nan``), the pairwise-complete
+    moments of :func:`fedemstats.models._pair_moments.client_pair_moments`.
+    """
 
     node_id: int
     partition_id: int
     n_rows: int
-    mean: np.ndarray
-    scatter: np.ndarray
+    moments: dict
 
 
 def wait_for_nodes(grid, min_nodes: int, timeout: float) -> list:
@@ -50,8 +55,8 @@ def wait_for_nodes(grid, min_nodes: int, timeout: float) -> list:
         time.sleep(POLL_SECONDS)
 
 
-def describe_nodes(grid, node_ids, timeout: float) -> list:
-    """Ask nodes for their partition id, row count and local moments.
+def describe_nodes(grid, node_ids, timeout: float, problem) -> list:
+    """Ask nodes for their partition id, row count and local moments (``problem``'s kind).
 
     Returns
     -------
@@ -59,7 +64,8 @@ def describe_nodes(grid, node_ids, timeout: float) -> list:
         One per node that answered without error with a valid description
         (:func:`.validation.check_description`; others are logged and skipped).
     """
-    messages = [Message(RecordDict(), dst_node_id=int(n), message_type=P.DESCRIBE) for n in node_ids]
+    messages = [Message(RecordDict({P.SPEC: ConfigRecord(problem.spec())}), dst_node_id=int(n),
+                        message_type=P.DESCRIBE) for n in node_ids]
     out = []
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
@@ -67,11 +73,11 @@ def describe_nodes(grid, node_ids, timeout: float) -> list:
                            reply.error.reason)
             continue
         try:
-            pid, rows, mean, scatter = check_description(reply.content, MIN_CLIENT_ROWS)
+            pid, rows, moments = check_description(reply.content, MIN_CLIENT_ROWS, problem.allow_nan)
         except InvalidReply as exc:
             logger.warning("node %d's description refused: %s", reply.metadata.src_node_id, exc)
             continue
-        out.append(Description(int(reply.metadata.src_node_id), pid, rows, mean, scatter))
+        out.append(Description(int(reply.metadata.src_node_id), pid, rows, moments))
     return out
 
 
@@ -113,11 +119,25 @@ class NodeRegistry:
 
 
 def pooled_moments(descriptions):
-    """Pooled mean and ML covariance from per-partition (m_i, mean_i, scatter_i).
+    """Pooled mean and ML covariance from the nodes' descriptions.
 
     The server part of :func:`fedemstats.models._summaries.global_moments` (Chan et al.'s
-    parallel combination): ``M = Σ M_i + Σ m_i (x̄_i - x̄)(x̄_i - x̄)^T``, divided by N.
+    parallel combination, ``M = Σ M_i + Σ m_i (x̄_i - x̄)(x̄_i - x̄)^T``, divided by N), or, for
+    pairwise-complete descriptions, of :func:`fedemstats.models._summaries.nan_moments`
+    (:func:`fedemstats.models._pair_moments.combine_pair_moments`).
+
+    Raises
+    ------
+    RuntimeError
+        If a column has no observed value on any node (pairwise descriptions).
     """
+    if "pair_counts" in descriptions[0].moments:
+        stacked = {name: np.array([d.moments[name] for d in descriptions]) for name in PAIR_MOMENT_NAMES}
+        empty = np.flatnonzero(stacked["counts"].sum(axis=0) == 0)
+        if empty.size:
+            raise RuntimeError(f"column(s) {empty.tolist()} have no observed value on any node; a model cannot "
+                               "be fitted for them: drop these columns on every node.")
+        return combine_pair_moments(*(stacked[name] for name in PAIR_MOMENT_NAMES))
     sizes = np.array([d.n_rows for d in descriptions], dtype=np.int64)
-    client_means = np.array([d.mean for d in descriptions])
-    return combine_moments(sizes, client_means, np.sum([d.scatter for d in descriptions], axis=0))
+    client_means = np.array([d.moments["mean"] for d in descriptions])
+    return combine_moments(sizes, client_means, np.sum([d.moments["scatter"] for d in descriptions], axis=0))

@@ -23,6 +23,7 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
+from .._validation import check_array_2d
 from ..algorithms.private_secagg import Release, count_share, stats_shares
 from ..algorithms.private_stats import noise_geometry, public_federation, public_model
 from ..federation import Federation
@@ -56,7 +57,8 @@ class _PrivateNode:
         self.problem_type, self.load_partition = problem_type, load_partition
 
     def _data(self, context):
-        X = self.load_partition(context)
+        # complete rows only: the private problems have no missing-value model
+        X = check_array_2d(self.load_partition(context), name="the node's partition")
         if X.shape[0] < MIN_ROWS:
             raise ValueError(f"partition has {X.shape[0]} row(s); at least {MIN_ROWS} are needed.")
         return X

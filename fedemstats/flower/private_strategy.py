@@ -68,7 +68,7 @@ class PrivateFedEMStrategy:
 
     Parameters
     ----------
-    problem : GMMProblem
+    problem : GMMProblem or FactorAnalysisProblem
     settings : FedEMSettings
         ``n_rounds``, ``participation``, ``step_size``, ``safeguard``, ``seed``, the waits
         and ``output`` apply; the compressor settings do not (the uplink is SecAgg+'s grid).
@@ -80,6 +80,9 @@ class PrivateFedEMStrategy:
         if privacy.mode != "distributed":
             raise ValueError("PrivateFedEMStrategy runs mode='distributed' (secure aggregation); "
                              f"got mode={privacy.mode!r}.")
+        if problem.allow_nan:
+            raise ValueError(f"private FedEM on Flower runs complete-row problems only; {problem!r} has missing "
+                             "values (fit it privately in-process, or without privacy on Flower).")
         self.problem, self.settings, self.privacy = problem, settings, privacy
         self.rng = np.random.default_rng(settings.seed)
         self.history, self.state, self.model, self.algorithm = [], None, None, None

@@ -1,18 +1,19 @@
 """The problems a Flower run may name: an allow-list, so a message never names an arbitrary class.
 
 A problem class has ``name``, ``spec``, ``from_spec``, ``init_kwargs``, ``build_model``,
-``model_from_federation`` and ``init_theta`` (see :class:`~fedemstats.flower.gmm.GMMProblem`);
+``model_from_federation``, ``init_theta`` and ``allow_nan`` (see :class:`~fedemstats.flower.gmm.GMMProblem`);
 its parameter dataclass is registered in :data:`fedemstats.flower.records.PARAMS_TYPES`.
 """
 from __future__ import annotations
 
 from .factor import FactorAnalysisProblem
 from .gmm import GMMProblem
+from .imputer import ImputerProblem
 
 __all__ = ["PROBLEM_TYPES", "problem_from_spec"]
 
 #: problem name -> class; nodes and servers rebuild problems only from this allow-list
-PROBLEM_TYPES = {cls.name: cls for cls in (GMMProblem, FactorAnalysisProblem)}
+PROBLEM_TYPES = {cls.name: cls for cls in (GMMProblem, FactorAnalysisProblem, ImputerProblem)}
 
 
 def problem_from_spec(spec, problem_type=None):

@@ -3,10 +3,11 @@
 Message types (``<category>.<action>`` as Flower routes them):
 
 ``query.describe``
-    Node -> server: its partition id, row count and local moments (mean and
-    centred scatter), from which the server forms the public shift and column scale, the client
-    weights ``m_i / N`` and θ_0. Sent once per node (again for a node that
-    (re)appears with a new node id).
+    Server sends the problem's spec; node replies with its partition id, row count and local
+    moments (mean and centred scatter; for a problem with missing values, the pairwise-complete
+    moments of ``fedemstats.models._pair_moments``), from which the server forms the public
+    shift and column scale, the client weights ``m_i / N`` and θ_0. Sent once per node (again
+    for a node that (re)appears with a new node id).
 ``train.stats``
     Round 0 (``fedemstats.algorithms.start``). Server sends θ_0, or Ŝ_0 itself (the
     mean-field pass, which also starts the node's state); node replies with its exact
@@ -34,7 +35,7 @@ ROUND = "train"
 # record names inside a RecordDict
 CONFIG = "config"          # ConfigRecord: round, entropy, alpha, client, partition-id, compressor
 SPEC = "spec"              # ConfigRecord: the problem's public spec
-ARRAYS = "arrays"          # ArrayRecord: shift, column_scale, s_hat, v (instruction) / stats, mean, scatter (reply)
+ARRAYS = "arrays"          # ArrayRecord: shift, column_scale, s_hat, v (instruction) / stats, mean, scatter, ... (reply)
 PARAMS = "params"          # ArrayRecord: arrays of θ (train.stats)
 PARAMS_META = "params-meta"  # ConfigRecord: scalars and type name of θ
 PAYLOAD = "payload"        # ConfigRecord: codec name and encoded bytes of the compressed Δ_i (round 0: the

@@ -16,6 +16,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from ..models.factor import FactorParams
+from ..models.gaussian_missing import GaussianParams
 from ..models.gmm_params import GMMParams
 
 __all__ = [
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 #: class name -> parameter dataclass a node may rebuild from a message
-PARAMS_TYPES = {"GMMParams": GMMParams, "FactorParams": FactorParams}
+PARAMS_TYPES = {"GMMParams": GMMParams, "FactorParams": FactorParams, "GaussianParams": GaussianParams}
 #: ConfigRecord key naming the parameter class
 _TYPE_KEY = "__type__"
 #: ConfigRecord keys of a compressed payload: the codec's name and the encoded row

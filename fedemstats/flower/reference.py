@@ -25,7 +25,7 @@ def reference_run(partitions, problem, settings, absent=None):
     ----------
     partitions : list of ndarray of shape (m_i, n_features)
         Client data in partition-id order.
-    problem : GMMProblem or FactorAnalysisProblem
+    problem : GMMProblem, FactorAnalysisProblem or ImputerProblem
     settings : FedEMSettings
     absent : dict of int -> iterable of int, optional
         Flower round r (1, 2, ...) -> clients (indices into ``partitions``) that were
@@ -36,7 +36,7 @@ def reference_run(partitions, problem, settings, absent=None):
     -------
     FitResult
     """
-    fed = Federation.from_clients(partitions)
+    fed = Federation.from_clients(partitions, allow_nan=problem.allow_nan)
     model = problem.model_from_federation(fed)
     rng = np.random.default_rng(settings.seed)
     theta0 = model.init_theta(fed, rng=rng, **problem.init_kwargs())

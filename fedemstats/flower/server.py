@@ -38,7 +38,7 @@ def make_server_app(problem=None, settings=None, on_result=None) -> ServerApp:
 
     Parameters
     ----------
-    problem : GMMProblem, optional
+    problem : GMMProblem, FactorAnalysisProblem or ImputerProblem, optional
         Default: built from the run config (``[tool.flwr.app.config]``:
         ``n-components``, ``covariance-type``, ``reg-covar``, ``init``).
     settings : FedEMSettings, optional

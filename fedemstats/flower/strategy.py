@@ -44,7 +44,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
 
     Parameters
     ----------
-    problem : GMMProblem
+    problem : GMMProblem, FactorAnalysisProblem or ImputerProblem
         Model spec and θ_0 initialisation (sent to and checked by every node).
     settings : FedEMSettings
 
@@ -73,7 +73,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
         """Round 0 as :meth:`FedEM.init_state`: moments -> shift, weights, θ_0; Ŝ_0; V_{0,i}."""
         s = self.settings
         node_ids = wait_for_nodes(grid, s.min_nodes, s.node_wait)
-        descs = [d for d in describe_nodes(grid, node_ids, s.node_wait) if self.registry.register(d)]
+        descs = [d for d in describe_nodes(grid, node_ids, s.node_wait, self.problem) if self.registry.register(d)]
         descs = sorted(descs, key=lambda d: d.partition_id)
         if len(descs) < s.min_nodes:
             raise RuntimeError(f"{len(descs)} node(s) described themselves; {s.min_nodes} required.")
@@ -115,7 +115,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
         served by a new node starts over from the full Ŝ and the mirror of its V_i."""
         unknown = self.registry.unknown(grid.get_node_ids())
         if unknown:
-            for desc in describe_nodes(grid, unknown, self.settings.round_timeout):
+            for desc in describe_nodes(grid, unknown, self.settings.round_timeout, self.problem):
                 if self.registry.register(desc, allowed=set(self.partitions)):
                     self._resynchronise(self.partitions.index(desc.partition_id))
 

@@ -8,7 +8,8 @@ sums. The summaries are
 * counts, means and locally centred scatter matrices (:func:`client_moments`,
   combined by :func:`combine_moments` into :func:`global_moments`);
 * sums and pairwise sums of the observed values of rows with missing entries
-  (:func:`nan_moments`), and the public shift / scale derived from them;
+  (:func:`nan_moments`; a deployment's nodes send :mod:`._pair_moments` instead), and the
+  public shift / scale derived from them;
 * local k-means centroids of clusters holding at least ``min_rows`` rows
   (:mod:`._kmeans_summaries`, with the row samples of the k-means start).
 """
@@ -24,7 +25,7 @@ from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
 __all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
            "global_mean_and_variances",
-           "nan_mean", "nan_moments", "regularised_nan_moments", "shrink_to_positive_definite",
+           "nan_mean", "nan_moments", "regularised_nan_moments", "regularise_moments", "shrink_to_positive_definite",
            "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "constant_columns", "CONSTANT_REL_SD", "check_shift_scale",
            "standardising_shift_scale"]
 
@@ -200,11 +201,23 @@ def nan_moments(federation):
 
 
 def regularised_nan_moments(federation, reg_covar, scale=None):
-    """:func:`nan_moments` made a sane start: correlations shrunk toward the identity by the
+    """:func:`regularise_moments` of :func:`nan_moments`."""
+    return regularise_moments(*nan_moments(federation), reg_covar, scale)
+
+
+def regularise_moments(mean, cov, reg_covar, scale=None):
+    """Pairwise-complete moments made a sane start: correlations shrunk toward the identity by the
     least amount that keeps every eigenvalue at least :data:`INIT_MIN_CORRELATION_EIGENVALUE`
     (:func:`shrink_to_positive_definite`), then ``reg_covar`` on the diagonal, in units of the
-    public ``scale`` (shape (d,); default ones: original units)."""
-    mean, cov = nan_moments(federation)
+    public ``scale`` (shape (d,); default ones: original units).
+
+    Returns
+    -------
+    mean : ndarray of shape (d,)
+        ``mean`` itself.
+    cov : ndarray of shape (d, d)
+        Positive definite.
+    """
     units = 1.0 if scale is None else np.outer(scale, scale)
     cov = shrink_to_positive_definite(cov) / units + reg_covar * np.eye(cov.shape[0])
     # the shrinkage already bounds the correlations' eigenvalues (scale-free): a floor relative to

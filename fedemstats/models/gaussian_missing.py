@@ -21,12 +21,12 @@ from ..layout import SYMMETRIC, StatLayout
 from ._group_moments import moments_or_rows
 from ._mixture_missing import impute_mixture, mixture_log_likelihood, mixture_segment_sums
 from ._moment_estep import gaussian_group_sums
-from ._summaries import check_shift_scale, regularised_nan_moments, standardising_shift_scale
+from ._summaries import check_shift_scale, nan_moments, regularise_moments, standardising_shift_scale
 from .base import Model
 from .gaussian_geometry import gaussian_geometry
 from .gmm_denoise import floor_full_second_moments
 
-__all__ = ["GaussianParams", "GaussianMissingModel", "init_gaussian"]
+__all__ = ["GaussianParams", "GaussianMissingModel", "init_gaussian", "gaussian_start"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +60,22 @@ def init_gaussian(federation, reg_covar=1e-6, scale=None):
     -------
     GaussianParams
     """
-    return GaussianParams(*regularised_nan_moments(federation, reg_covar, scale))
+    return gaussian_start(*nan_moments(federation), reg_covar, scale)
+
+
+def gaussian_start(mean, cov, reg_covar=1e-6, scale=None) -> GaussianParams:
+    """:func:`init_gaussian` from global moments already formed (a Flower server's, from the
+    nodes' :func:`._pair_moments.client_pair_moments`).
+
+    Parameters
+    ----------
+    mean : ndarray of shape (d,)
+    cov : ndarray of shape (d, d)
+        Pairwise-complete covariance (may be indefinite).
+    reg_covar, scale :
+        As :func:`init_gaussian`.
+    """
+    return GaussianParams(*regularise_moments(mean, cov, reg_covar, scale))
 
 
 class GaussianMissingModel(Model):

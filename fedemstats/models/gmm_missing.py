@@ -18,7 +18,7 @@ from ._summaries import SUMMARY_MIN_ROWS, check_init_method, regularised_nan_mom
 from .gmm import GaussianMixtureModel
 from .gmm_params import GMMParams, full_covariances, make_params, shared_covariances
 
-__all__ = ["GaussianMixtureMissingModel", "MISSING_COVARIANCE_TYPES", "init_gmm_missing"]
+__all__ = ["GaussianMixtureMissingModel", "MISSING_COVARIANCE_TYPES", "init_gmm_missing", "gmm_missing_start"]
 
 #: Covariance types supported with missing values (the conditional needs a full or
 #: diagonal matrix per component).
@@ -111,6 +111,15 @@ def init_gmm_missing(federation, model, method="kmeans", rng=None, min_rows=SUMM
     K = model.n_components
     mean, cov = regularised_nan_moments(federation, model.reg_covar)
     means = filled_kmeans_summaries(federation, mean, K, rng, min_rows) if method == "kmeans" else None
+    return gmm_missing_start(mean, cov, model, rng, means)
+
+
+def gmm_missing_start(mean, cov, model, rng, means=None) -> GMMParams:
+    """θ_0 from regularised global moments (:func:`._summaries.regularise_moments`, in original
+    units): the given ``means``, or K draws from N(``mean``, ``cov``) from ``rng``; every component
+    with ``cov`` (its diagonal for ``"diag"``), weights 1/K. The part of :func:`init_gmm_missing`
+    after the clients' summaries (a Flower server calls it on the nodes' moments)."""
+    K = model.n_components
     if means is None:
         means = rng.multivariate_normal(mean, cov, size=K)
     covs = shared_covariances(cov, model.covariance_type, K)

@@ -1,0 +1,107 @@
+"""The pairwise-complete moments a deployment's nodes send (``_pair_moments``): merging the
+clients' parts equals the pooled computation (river-style), and both equal a brute-force
+reference pair by pair, on rows with missing values, large offsets and column scales from
+1e-3 to 1e3, clients that never observe a column, and clients of two rows."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _hypothesis_profiles import profile
+from fedemstats.federation import Federation
+from fedemstats.models._pair_moments import PAIR_MOMENT_NAMES, client_pair_moments, combine_pair_moments
+from fedemstats.models._summaries import nan_moments
+
+PROFILE = profile("pair-moments", 60, 600)
+
+
+def _combined(parts):
+    pieces = [client_pair_moments(p) for p in parts]
+    return combine_pair_moments(*(np.array([piece[name] for piece in pieces]) for name in PAIR_MOMENT_NAMES))
+
+
+def _brute_force(X):
+    """Column means of the observed values, and for every pair the mean of the centred products
+    over the rows where both are observed (0 where none): two loops, no algebra."""
+    d = X.shape[1]
+    mean = np.array([X[~np.isnan(X[:, j]), j].mean() for j in range(d)])
+    cov = np.zeros((d, d))
+    for j in range(d):
+        for k in range(d):
+            both = ~np.isnan(X[:, j]) & ~np.isnan(X[:, k])
+            if both.any():
+                cov[j, k] = np.mean((X[both, j] - mean[j]) * (X[both, k] - mean[k]))
+    return mean, cov
+
+
+def _ugly_parts(seed, n_clients, d, nan_frac):
+    rng = np.random.default_rng(seed)
+    scales = np.logspace(-3, 3, d)
+    mixing = rng.normal(size=(d, d)) + 3.0 * np.eye(d)  # correlated columns
+    parts = []
+    for i in range(n_clients):
+        m = int(rng.integers(2, 40))
+        X = (rng.normal(size=(m, d)) @ mixing + i) * scales + 1e5
+        X[rng.random(X.shape) < nan_frac] = np.nan
+        X[np.isnan(X).all(axis=1), 0] = 1e5  # every row keeps a value
+        parts.append(X)
+    return parts
+
+
+#: rounding steps of the pairwise sums a comparison allows, in units of eps (there are two
+#: evaluations: the merged one and the pooled or brute-force one)
+ROUNDING_STEPS = 16
+
+
+def _assert_close(got, want):
+    """Equal to the precision the data carry: a value is known to eps |x| only, so a column of
+    spread sd_j about an offset mean_j is known to eps |mean_j| / sd_j relative (1e5 / 1e-3 here)."""
+    mean, cov = got
+    np.testing.assert_allclose(mean, want[0], rtol=1e-12)
+    sd = np.sqrt(np.diag(want[1]))
+    rel = 1e-10 + ROUNDING_STEPS * np.finfo(float).eps * np.abs(want[0]) / np.maximum(sd, 1e-300)
+    tol = (rel[:, None] + rel[None, :]) * np.outer(sd, sd)
+    assert np.all(np.abs(cov - want[1]) <= tol), np.max(np.abs(cov - want[1]) / tol)
+
+
+@PROFILE
+@given(seed=st.integers(0, 2 ** 32 - 1), n_clients=st.integers(1, 6), d=st.integers(1, 5),
+       nan_frac=st.sampled_from([0.0, 0.2, 0.5]))
+def test_merged_client_parts_equal_the_pooled_moments_and_the_brute_force_reference(seed, n_clients, d, nan_frac):
+    parts = _ugly_parts(seed, n_clients, d, nan_frac)
+    X = np.vstack(parts)
+    if (~np.isnan(X)).sum(axis=0).min() == 0:
+        return  # a column nobody observed: the estimators refuse it before any moment
+    reference = _brute_force(X)
+    _assert_close(_combined(parts), reference)
+    _assert_close(nan_moments(Federation.from_clients(parts, allow_nan=True)), reference)
+
+
+def test_a_client_that_never_observes_a_column_adds_nothing_to_it():
+    parts = _ugly_parts(3, 4, 4, 0.2)
+    parts[1][:, 2] = np.nan
+    parts[1][np.isnan(parts[1]).all(axis=1), 0] = 1e5
+    piece = client_pair_moments(parts[1])
+    assert piece["counts"][2] == 0 and piece["mean"][2] == 0.0
+    assert not piece["pair_counts"][2].any() and not piece["pair_sums"][:, 2].any()
+    _assert_close(_combined(parts), _brute_force(np.vstack(parts)))
+
+
+def test_the_client_part_is_sums_over_the_clients_rows():
+    X = np.array([[1.0, np.nan], [3.0, 4.0], [np.nan, 8.0]])
+    piece = client_pair_moments(X)
+    np.testing.assert_array_equal(piece["counts"], [2, 2])
+    np.testing.assert_array_equal(piece["mean"], [2.0, 6.0])
+    np.testing.assert_array_equal(piece["pair_counts"], [[2, 1], [1, 2]])
+    # (j, l): sum of x_j − mean_j over the rows where l is observed too
+    np.testing.assert_array_equal(piece["pair_sums"], [[0.0, 1.0], [-2.0, 0.0]])
+    np.testing.assert_array_equal(piece["scatter"], [[2.0, -2.0], [-2.0, 8.0]])
+
+
+@pytest.mark.parametrize("rows", [1, 5000])
+def test_chunked_sums_match_one_block(rows):
+    rng = np.random.default_rng(rows)
+    X = rng.normal(size=(rows, 3)) * [1e-3, 1.0, 1e3]
+    X[rng.random(X.shape) < 0.3] = np.nan
+    X[np.isnan(X).all(axis=1), 1] = 0.5
+    _assert_close(_combined([X]), _brute_force(X))
