@@ -165,6 +165,8 @@ def test_the_problem_round_trips_through_its_spec_and_the_run_config():
     assert problem_from_run_config({"problem": "imputer", "model": "gmm", "n-components": 3,
                                     "covariance-type": "diag", "reg-covar": 1e-4}) == problem
     assert problem_from_spec(problem.spec(), ImputerProblem) == problem
+    # the example's run config keeps the mixture's n-components = 3: the Gaussian ignores it
+    assert problem_from_run_config({"problem": "imputer", "n-components": 3, "init": "random"}) == ImputerProblem()
     with pytest.raises(ValueError, match="this node serves 'gmm' problems; the server asked for 'imputer'"):
         problem_from_spec(problem.spec(), GMMProblem)
     for kwargs, words in (({"model": "poisson"}, "model must be one of"),

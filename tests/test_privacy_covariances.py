@@ -93,6 +93,48 @@ def test_in_a_whitened_geometry_the_floor_is_relative_to_the_iterate():
     np.testing.assert_allclose(np.linalg.eigvalsh(C), NOISE_FLOOR * 0.05 * np.sqrt(2), rtol=1e-6)
 
 
+@pytest.mark.parametrize("cov", ["full", "diag", "spherical", "tied"])
+def test_a_component_below_the_noise_level_keeps_the_iterates_mean_and_covariance(cov):
+    """A released count below NOISE_FLOOR · τ cannot be told from empty: the component's count is
+    raised to that level and its mean and covariance are θ's (tied: its mean; the covariance is
+    shared); the other component is floored as before. Without ``previous`` a full covariance is
+    floored at t √d = √d times θ's (whitened): the growth that made long private runs diverge."""
+    rng = np.random.default_rng(4)
+    model = GaussianMixtureModel(2, 3, cov)
+    full = GaussianMixtureModel(2, 3, "full")
+    A = rng.standard_normal((2, 3, 3))
+    theta_full = full.t_map(full.layout.pack({"resp": np.array([0.5, 0.5]), "sum_x": 0.5 * rng.standard_normal((2, 3)),
+                                              "sum_xx": 0.5 * (A @ np.swapaxes(A, 1, 2) + 3.0 * np.eye(3))}))
+    theta = model.t_map(model.expected_stats(theta_full) if cov == "full" else _as_type(model, full, theta_full))
+    geometry = model.geometry(theta, model.expected_stats(theta))
+    y = model.layout.unpack(geometry.forward(model.expected_stats(theta))[0])
+    tau = 0.05
+    y["resp"] = y["resp"] * np.array([1.0, 0.2 * NOISE_FLOOR * tau / y["resp"][1]])  # component 1: below the noise
+    y["sum_x"][1] += 3.0  # noise that would move it
+    s = geometry.inverse(model.layout.pack(y))[0]
+    out = model.t_map(floor_noisy_covariances(model, s, geometry, tau, model.expected_stats(theta)))
+    np.testing.assert_allclose(out.means[1], theta.means[1], rtol=1e-10, atol=1e-10)
+    if cov != "tied":
+        np.testing.assert_allclose(out.covariances[1], theta.covariances[1], rtol=1e-10)
+    if cov == "full":  # the floor at the count's noise level is √d times θ's covariance, whitened
+        grown = model.t_map(floor_noisy_covariances(model, s, geometry, tau))
+        assert np.linalg.eigvalsh(np.linalg.solve(theta.covariances[1], grown.covariances[1])).min() > 1.5
+    assert out.weights[1] < out.weights[0]
+
+
+def _as_type(model, full, theta_full):
+    """Statistics of ``model``'s covariance type at ``theta_full``'s weights and means (its covariances'
+    diagonals, averages or average)."""
+    w, m, C = theta_full.weights, theta_full.means, theta_full.covariances
+    if model.covariance_type == "diag":
+        second = w[:, None] * (np.diagonal(C, axis1=1, axis2=2) + m ** 2)
+    elif model.covariance_type == "spherical":
+        second = w * (np.trace(C, axis1=1, axis2=2) + np.sum(m ** 2, axis=1))
+    else:
+        second = np.einsum("k,kij->ij", w, C) + np.einsum("k,ki,kj->ij", w, m, m)
+    return model.layout.pack({"resp": w, "sum_x": w[:, None] * m, "sum_xx": second})
+
+
 def test_round_zero_noise_does_not_depend_on_the_participation_rate(monkeypatch):
     """Round 0 has every client (π = 1): its central noise is P⁻¹ Z / Ñ whatever the rounds'
     participation. It used to be divided by the rounds' π, doubling it at p = 0.5."""

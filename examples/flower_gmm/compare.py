@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-from fedemstats.flower import FedEMSettings, GMMProblem
+from fedemstats.flower import FedEMSettings
+from fedemstats.flower.problems import problem_from_spec
 from fedemstats.flower.reference import max_abs_difference, reference_run
 
 logger = logging.getLogger("compare")
@@ -21,7 +22,7 @@ def main(result_path, data_dir):
     parts = [np.loadtxt(os.path.join(data_dir, f"partition-{p}.csv"), delimiter=",", ndmin=2)
              for p in result["partitions"]]
     settings = FedEMSettings(**{**result["settings"], "n_rounds": result["round"]})
-    reference = reference_run(parts, GMMProblem.from_spec(result["problem"]), settings)
+    reference = reference_run(parts, problem_from_spec(result["problem"]), settings)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name, diff in max_abs_difference(result, reference).items():
         logger.info("max |flower - in-process| %-12s %.3g", name, diff)

@@ -73,13 +73,12 @@ class PrivateFedEM(FedEM):
         sum of individually quantised messages is not a function of the noisy sum).
     """
 
-    #: Measured (a 2-component mixture on 2,000 rows, ε = 1, 100 rounds): a component whose count
-    #: fell below the release's noise level had its covariance floored relative to the last one
-    #: (:mod:`fedemstats.models.gmm_denoise`) about twice as large each round, until Ŝ blew up at
-    #: round 53; at 10 rounds (``max_iter="auto"``) it does not.
+    #: A private round's noise grows with the rounds the budget is split over. (A component whose
+    #: count fell below that noise used to have its covariance floored about twice as large each
+    #: round, until Ŝ blew up at round 53-65 of 100 on a 2-component mixture at ε = 1; it now keeps
+    #: its previous moments, :mod:`fedemstats.models.gmm_denoise`.)
     divergence_advice = ("A private round's noise grows with the number of rounds the budget is split "
-                         "over, and a component whose share of the rows is below that noise grows each "
-                         "round: use fewer rounds (max_iter; 'auto' is 10 for a private fit), fewer "
+                         "over: use fewer rounds (max_iter; 'auto' is 10 for a private fit), fewer "
                          "components, a larger epsilon or more rows.")
 
     def __init__(self, model, privacy, participation=1.0, step_size="auto", safeguard=True,
@@ -202,13 +201,14 @@ class PrivateFedEM(FedEM):
         return {"sigma": self.noise_multiplier(plan), "sensitivity": sensitivity(self.model, self.privacy),
                 "entropy": draw_entropy(rng), "plan": plan}
 
-    def state_from_release(self, s0, dp, geometry, n_clients):
-        """The state after round 0 from the released Ŝ_0 (no memories), its covariances
-        floored at the noise level (post-processing of the release)."""
+    def state_from_release(self, s0, dp, geometry, n_clients, theta0):
+        """The state after round 0 from the released Ŝ_0 at the public θ_0 (no memories), its
+        covariances floored at the noise level (post-processing of the release)."""
+        previous = self.model.expected_stats(theta0)
         weights = np.full(n_clients, 1.0 / n_clients)
         state, _ = self.initial_state((np.zeros((n_clients, self.model.q)), np.full(n_clients, np.nan)), None,
                                       weights, dp["entropy"])
-        state.s_hat = self.model.dp_denoise(s0, geometry, self.noise_std(dp, 1.0))
+        state.s_hat = self.model.dp_denoise(s0, geometry, self.noise_std(dp, 1.0), previous)
         state.scale = float(np.max(np.abs(s0)))
         state.extra["dp"] = dp
         return state
@@ -222,7 +222,8 @@ class PrivateFedEM(FedEM):
         zeros, tau = np.zeros(active.size), self.noise_std(dp, inclusion)
         return self.server_step(state, np.full(n_clients, 1.0 / n_clients), active, pi, sums,
                                 np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None,
-                                project=lambda s: self.model.dp_denoise(s, release, tau))
+                                project=lambda s: self.model.dp_denoise(s, release, tau,
+                                                                        self.model.expected_stats(theta)))
 
     # ------------------------------------------------------------------ round 0 and the rounds
     def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None):
@@ -250,7 +251,7 @@ class PrivateFedEM(FedEM):
             # mean_i n P⁻¹ u_i = P⁻¹ Σ u_i
             s0 = geometry.inverse(self.secure_total(federation, theta0, everyone, dp, 0, geometry)[None, :])[0]
             uplink = n * (share_bits(1) * (self.privacy.public_count is None) + share_bits(q))
-        state = self.state_from_release(s0, dp, geometry, n)
+        state = self.state_from_release(s0, dp, geometry, n, theta0)
         downlink = n * self.model.n_parameters(theta0) * FLOAT64_BITS
         ledger.record(0, uplink, downlink, n)
         history.append(round=0, loglik=np.nan, uplink_bits=uplink, downlink_bits=downlink, n_active=n,

@@ -69,8 +69,10 @@ class ImputerProblem:
         """Inverse of :meth:`spec`; also reads Flower run-config keys of the same names."""
         if spec.get("problem", cls.name) != cls.name:
             raise ValueError(f"spec describes problem {spec.get('problem')!r}, not {cls.name!r}.")
-        return cls(str(spec.get("model", "gaussian")), int(spec.get("n-components", 1)),
-                   str(spec.get("covariance-type", "full")), float(spec.get("reg-covar", 1e-6)))
+        model = str(spec.get("model", "gaussian"))
+        # a run config shares n-components with the mixture problems: the Gaussian has one
+        n_components = int(spec.get("n-components", 1)) if model == "gmm" else 1
+        return cls(model, n_components, str(spec.get("covariance-type", "full")), float(spec.get("reg-covar", 1e-6)))
 
     def __eq__(self, other):
         return isinstance(other, ImputerProblem) and self.spec() == other.spec()

@@ -147,7 +147,7 @@ class PrivateFedEMStrategy:
         geometry = noise_geometry(self.model, cfg, theta0)
         total, _ = self._release(grid, KIND_STATS, everyone, _ROUND0_GROUP, dp["grid"], theta0,
                                  **self._scalars(dp, n, 0))
-        self.state = algo.state_from_release(geometry.inverse(total[None, :])[0], dp, geometry, n)
+        self.state = algo.state_from_release(geometry.inverse(total[None, :])[0], dp, geometry, n, theta0)
         self._log(round=0, n_active=n, uplink_bits=uplink + n * share_bits(self.model.q),
                   downlink_bits=n * self.model.n_parameters(theta0) * FLOAT64_BITS, step_size=float("nan"),
                   epsilon=epsilon_spent(dp["sigma"], dp["plan"], 1))

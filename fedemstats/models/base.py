@@ -245,12 +245,12 @@ class Model:
     #: they use the public geometry
     dp_model_geometry: bool = False
 
-    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
+    def dp_denoise(self, s, geometry, noise_std, previous=None) -> np.ndarray:
         """Project a noisy mean statistic onto what its noise level can support.
 
         The default is the identity. Models whose T-map would read noise as signal (a
         covariance's small eigenvalues) override it; the result must depend on ``s``,
-        ``geometry`` and ``noise_std`` only (public quantities), so that it is
+        ``geometry``, ``noise_std`` and ``previous`` only (public quantities), so that it is
         post-processing of the release.
 
         Parameters
@@ -261,6 +261,9 @@ class Model:
             The coordinates in which the release's noise was added.
         noise_std : float
             Standard deviation of that noise on each coordinate of the mean statistic.
+        previous : ndarray of shape (q,), optional
+            E_θ[s] of the iterate θ the release was made at: what to keep of a part the
+            release cannot resolve (the mixtures' empty components).
 
         Returns
         -------

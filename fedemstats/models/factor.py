@@ -302,7 +302,7 @@ class FactorAnalysisModel(Model):
         z2 = 1.0 + radius ** 2
         return float(np.sqrt(radius ** 4 + radius ** 2 * z2 + z2 ** 2))
 
-    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
+    def dp_denoise(self, s, geometry, noise_std, previous=None) -> np.ndarray:
         """The factors' design floored at the release's noise level.
 
         T regresses x̃ on z̃: Λ̃ = S_xz S_zz⁻¹. S_zz holds a Gaussian's moments (count S_zz[k, k],

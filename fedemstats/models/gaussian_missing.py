@@ -166,7 +166,7 @@ class GaussianMissingModel(Model):
         conditional moments depend on θ and the per-row clip to B enforces it."""
         return float(np.sqrt(radius ** 2 + radius ** 4))
 
-    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
+    def dp_denoise(self, s, geometry, noise_std, previous=None) -> np.ndarray:
         """Covariance eigenvalues floored at the release's noise level, mean unchanged
         (:func:`.gmm_denoise.floor_full_second_moments` with the mean's noise counted).
 

@@ -244,10 +244,11 @@ class GaussianMixtureModel(Model):
     #: and the per-row clip to B enforces it for every other row
     dp_model_geometry = True
 
-    def dp_denoise(self, s, geometry, noise_std) -> np.ndarray:
-        """Covariance eigenvalues floored at the release's noise level
-        (:func:`.gmm_denoise.floor_noisy_covariances`); counts and means unchanged."""
-        return floor_noisy_covariances(self, s, geometry, noise_std)
+    def dp_denoise(self, s, geometry, noise_std, previous=None) -> np.ndarray:
+        """Covariance eigenvalues floored at the release's noise level; a component the release
+        cannot tell from empty keeps ``previous``'s mean and covariance
+        (:func:`.gmm_denoise.floor_noisy_covariances`)."""
+        return floor_noisy_covariances(self, s, geometry, noise_std, previous)
 
     # ------------------------------------------------------------------ likelihood & co
     def log_likelihood(self, X, theta) -> np.ndarray:
