@@ -3,7 +3,8 @@ same fit as the in-process engine and as ``FederatedImputer``, and refuse what t
 
 Data: scikit-learn's diabetes (s1 and s2 correlate at 0.90), columns rescaled from 1e-2 to 1e3,
 20 % of the cells missing at random, split over 6 nodes sorted by one column (heterogeneous),
-with one node that never observes a column. The transport is
+with one node that never observes a column; for the Poisson model, the Portal rodent counts. The
+transport is
 :class:`fedemstats.flower.testing.LocalGrid`, as in ``test_flower_factor.py``; the tolerance is
 the adapter's 1e-10 of each array's magnitude.
 """
@@ -112,6 +113,55 @@ def test_imputer_on_flower_matches_federated_imputer(model, data, request):
     assert np.isfinite(filled).all() and np.array_equal(filled[~np.isnan(parts[1])], parts[1][~np.isnan(parts[1])])
 
 
+@pytest.fixture
+def portal(tmp_path):
+    """The Portal rodent counts (12 species; never-surveyed plot-years are NaN) with 20 % of the
+    observed counts hidden, the 24 plots grouped into 6 nodes of 4 plots: real counts, zeros and
+    heterogeneous nodes (the plots carry different treatments)."""
+    from fedemstats.datasets import load_portal_rodents
+
+    portal = load_portal_rodents(min_captures=500)
+    X = portal.data.astype(np.float64)
+    X[np.random.default_rng(0).random(X.shape) < 0.2] = np.nan
+    keep = ~np.isnan(X).all(axis=1)
+    X, plots = X[keep], np.asarray(portal.groups)[keep]
+    labels = np.unique(plots)
+    return _write(tmp_path / "portal", [X[np.isin(plots, labels[i::N_PARTS])] for i in range(N_PARTS)])
+
+
+@pytest.mark.parametrize("compressor, participation", [("dither:s=4", 1.0), ("dither:s=4", 3)])
+def test_poisson_imputer_on_flower_matches_the_in_process_engine_and_federated_imputer(portal, compressor,
+                                                                                     participation):
+    folder, parts = portal
+    assert (np.nan_to_num(np.vstack(parts)) == 0).mean() > 0.1  # many zero counts
+    problem = ImputerProblem("poisson", 4)
+    settings = FedEMSettings(n_rounds=8, compressor=compressor, participation=participation, step_size=0.5, seed=3)
+    result = FedEMStrategy(problem, settings).start(_grid(folder))
+    _assert_equivalent(result, reference_run(parts, problem, settings))
+    if participation == 1.0:
+        est = FederatedImputer(model="poisson", n_components=4, init_params="random", compressor=compressor,
+                               step_size=0.5, max_iter=settings.n_rounds + 1, tol=0.0,
+                               random_state=settings.seed).fit(parts)
+        for name in ("weights", "rates"):
+            value = getattr(est.theta_, name)
+            np.testing.assert_allclose(np.array(result["theta"][name]), value, rtol=0,
+                                       atol=TOL * np.abs(value).max())
+
+
+def test_a_poisson_node_refuses_counts_that_are_not_whole_numbers(portal, caplog):
+    folder, parts = portal
+
+    def load(context):
+        X = parts[int(context.node_config["partition-id"])].copy()
+        X[2, np.flatnonzero(~np.isnan(X[2]))[0]] = 1.5
+        return X
+
+    grid = LocalGrid(make_client_app(ImputerProblem, load_partition=load), [{"partition-id": i} for i in range(N_PARTS)])
+    with pytest.raises(RuntimeError, match="0 node\\(s\\) described themselves"):
+        FedEMStrategy(ImputerProblem("poisson", 4), FedEMSettings(n_rounds=2, seed=3, node_wait=1.0)).start(grid)
+    assert _refusing_nodes(caplog, "Non-integer values in data passed to the Poisson model") == N_PARTS
+
+
 def _refusing_nodes(caplog, words):
     """How many distinct nodes logged a refusal containing ``words`` (a handler Flower adds to the
     package's logger after a simulation shows each record twice)."""
@@ -169,7 +219,9 @@ def test_the_problem_round_trips_through_its_spec_and_the_run_config():
     assert problem_from_run_config({"problem": "imputer", "n-components": 3, "init": "random"}) == ImputerProblem()
     with pytest.raises(ValueError, match="this node serves 'gmm' problems; the server asked for 'imputer'"):
         problem_from_spec(problem.spec(), GMMProblem)
-    for kwargs, words in (({"model": "poisson"}, "model must be one of"),
+    assert problem_from_run_config({"problem": "imputer", "model": "poisson", "n-components": 8}) == \
+        ImputerProblem("poisson", 8)
+    for kwargs, words in (({"model": "counts"}, "model must be one of"),
                           ({"n_components": 2}, "one component"),
                           ({"model": "gmm", "n_components": 2, "covariance_type": "tied"}, "covariance_type"),
                           ({"reg_covar": -1.0}, "reg_covar")):

@@ -93,23 +93,19 @@ class _Node:
         self.problem_type = problem_type
         self.load_partition = load_partition
 
-    def _data(self, context, allow_nan=False):
-        # any loader's rows, not only the CSV reader's: NaN (unless the problem allows it), inf or a
-        # wrong shape fail here, loudly
-        X = check_array_2d(self.load_partition(context), name="the node's partition", allow_nan=allow_nan)
+    def _data(self, context, problem):
+        # any loader's rows, not only the CSV reader's: NaN (unless the problem allows it), inf, a
+        # wrong shape or what the problem's model cannot learn from fail here, loudly
+        X = check_array_2d(self.load_partition(context), name="the node's partition", allow_nan=problem.allow_nan)
         if X.shape[0] < MIN_ROWS:
             raise ValueError(f"partition has {X.shape[0]} row(s); at least {MIN_ROWS} are needed "
                              "so that no statistic is a single raw row.")
-        if allow_nan:
-            empty = np.flatnonzero(np.isnan(X).all(axis=1))
-            if empty.size:
-                raise ValueError(f"row(s) {empty[:10].tolist()} of the partition have no observed value; they "
-                                 "carry no information: drop them.")
+        problem.check_partition(X)
         return X
 
     def _model_and_federation(self, message, context):
         problem = _problem_from(message.content, self.problem_type)
-        X = self._data(context, problem.allow_nan)
+        X = self._data(context, problem)
         public = from_array_record(message.content[P.ARRAYS])
         return (problem.build_model(X.shape[1], public["shift"], public["column_scale"]),
                 Federation(X, [0, X.shape[0]], allow_nan=problem.allow_nan))
@@ -124,7 +120,7 @@ class _Node:
         centred scatter, or, for a problem whose rows may miss values, pairwise-complete moments
         (:func:`fedemstats.models._pair_moments.client_pair_moments`)."""
         problem = _problem_from(message.content, self.problem_type)
-        X = self._data(context, problem.allow_nan)
+        X = self._data(context, problem)
         if problem.allow_nan:
             arrays = client_pair_moments(X)
         else:

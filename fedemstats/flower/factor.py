@@ -53,6 +53,10 @@ class FactorAnalysisProblem:
         return f"FactorAnalysisProblem(n_factors={self.n_factors})"
 
     # ------------------------------------------------------------------ model
+    @staticmethod
+    def check_partition(X) -> None:
+        """Nothing beyond the node's own checks (finite complete rows, at least two)."""
+
     def init_kwargs(self) -> dict:
         """Options of ``model.init_theta`` for the in-process run of the same start (none)."""
         return {}

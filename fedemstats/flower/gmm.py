@@ -72,6 +72,10 @@ class GMMProblem:
                 f"reg_covar={self.reg_covar!r}, init={self.init!r})")
 
     # ------------------------------------------------------------------ model
+    @staticmethod
+    def check_partition(X) -> None:
+        """Nothing beyond the node's own checks (finite complete rows, at least two)."""
+
     def init_kwargs(self) -> dict:
         """Options of ``model.init_theta`` for the in-process run of the same start."""
         return {"method": self.init}

@@ -8,15 +8,18 @@ forms the public shift and scale and θ_0 exactly as ``FederatedImputer`` does f
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .._validation import check_int, check_positive
 from ..models._summaries import regularise_moments
 from ..models.gaussian_missing import GaussianMissingModel, gaussian_start
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel, gmm_missing_start
+from ..models.poisson_mixture import PoissonMixtureModel, check_counts, poisson_start
 
 __all__ = ["ImputerProblem"]
 
-#: models of ``FederatedImputer`` a Flower run offers (the Poisson model's start is not wired)
-IMPUTER_MODELS = ("gaussian", "gmm")
+#: models of ``FederatedImputer`` a Flower run offers
+IMPUTER_MODELS = ("gaussian", "gmm", "poisson")
 
 
 class ImputerProblem:
@@ -24,20 +27,23 @@ class ImputerProblem:
 
     Parameters
     ----------
-    model : {"gaussian", "gmm"}, default="gaussian"
-        One multivariate normal, or a mixture (``FederatedImputer(model=...)``).
+    model : {"gaussian", "gmm", "poisson"}, default="gaussian"
+        One multivariate normal, a Gaussian mixture, or a mixture of independent Poissons for
+        counts (``FederatedImputer(model=...)``).
     n_components : int, default=1
-        Mixture components (``"gmm"`` only; ``"gaussian"`` needs 1).
+        Mixture components (``"gaussian"`` needs 1).
     covariance_type : {"full", "diag"}, default="full"
         ``"gmm"`` only.
     reg_covar : float, default=1e-6
+        ``"gaussian"`` and ``"gmm"``.
 
     Notes
     -----
-    The mixture starts as ``FederatedImputer(init_params="random")``: means drawn from
-    N(global mean, global covariance) with the server's generator (the k-means start draws
-    every client's local k-means from one shared generator, which independent nodes cannot
-    reproduce).
+    The mixtures start as ``FederatedImputer(init_params="random")``: Gaussian means drawn from
+    N(global mean, global covariance), Poisson rates from the global column means times
+    log-normal factors, with the server's generator (the k-means start draws every client's local
+    k-means from one shared generator, which independent nodes cannot reproduce). A Poisson node
+    refuses counts that are negative or not whole numbers.
     """
 
     name = "imputer"
@@ -71,7 +77,7 @@ class ImputerProblem:
             raise ValueError(f"spec describes problem {spec.get('problem')!r}, not {cls.name!r}.")
         model = str(spec.get("model", "gaussian"))
         # a run config shares n-components with the mixture problems: the Gaussian has one
-        n_components = int(spec.get("n-components", 1)) if model == "gmm" else 1
+        n_components = 1 if model == "gaussian" else int(spec.get("n-components", 1))
         return cls(model, n_components, str(spec.get("covariance-type", "full")), float(spec.get("reg-covar", 1e-6)))
 
     def __eq__(self, other):
@@ -85,10 +91,20 @@ class ImputerProblem:
 
     # ------------------------------------------------------------------ model
     def _hyper(self) -> dict:
-        if self.model == "gaussian":
-            return {"reg_covar": self.reg_covar}
-        return {"n_components": self.n_components, "covariance_type": self.covariance_type,
-                "reg_covar": self.reg_covar}
+        return {"gaussian": {"reg_covar": self.reg_covar},
+                "gmm": {"n_components": self.n_components, "covariance_type": self.covariance_type,
+                        "reg_covar": self.reg_covar},
+                "poisson": {"n_components": self.n_components}}[self.model]
+
+    def check_partition(self, X) -> None:
+        """Refuse a node's rows this model cannot learn from (``X`` has NaN where missing): a row
+        with no observed value; for the Poisson model, counts that are negative or fractional."""
+        empty = np.flatnonzero(np.isnan(X).all(axis=1))
+        if empty.size:
+            raise ValueError(f"row(s) {empty[:10].tolist()} of the partition have no observed value; they "
+                             "carry no information: drop them.")
+        if self.model == "poisson":
+            check_counts(X, name="the node's partition")
 
     def init_kwargs(self) -> dict:
         """Options of ``model.init_theta`` for the in-process run of the same start."""
@@ -96,20 +112,26 @@ class ImputerProblem:
 
     def build_model(self, n_features, shift, column_scale=None):
         """The model with the public centring point ``shift`` (the observed values' mean) and
-        ``column_scale`` (their standard deviations), as ``FederatedImputer`` builds it."""
+        ``column_scale`` (their standard deviations), as ``FederatedImputer`` builds it (the
+        Poisson model, of first moments only, has neither)."""
         if self.model == "gaussian":
             return GaussianMissingModel(int(n_features), shift=shift, scale=column_scale, **self._hyper())
+        if self.model == "poisson":
+            return PoissonMixtureModel(n_features=int(n_features), **self._hyper())
         return GaussianMixtureMissingModel(n_features=int(n_features), shift=shift, column_scale=column_scale,
                                            **self._hyper())
 
     def model_from_federation(self, federation):
         """The model of an in-process federation of the same partitions."""
-        cls = GaussianMissingModel if self.model == "gaussian" else GaussianMixtureMissingModel
+        cls = {"gaussian": GaussianMissingModel, "gmm": GaussianMixtureMissingModel,
+               "poisson": PoissonMixtureModel}[self.model]
         return cls.from_federation(federation, **self._hyper())
 
     def init_theta(self, model, mean, cov, rng):
         """θ_0 from the pairwise-complete global moments, as ``model.init_theta`` computes it from a
-        federation (the mixture draws its means from ``rng``; the Gaussian start is deterministic)."""
+        federation (the mixtures draw from ``rng``; the Gaussian start is deterministic)."""
         if self.model == "gaussian":
             return gaussian_start(mean, cov, self.reg_covar, model.scale)
+        if self.model == "poisson":
+            return poisson_start(mean, model, rng)
         return gmm_missing_start(*regularise_moments(mean, cov, self.reg_covar), model, rng)

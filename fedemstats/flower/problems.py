@@ -1,7 +1,7 @@
 """The problems a Flower run may name: an allow-list, so a message never names an arbitrary class.
 
 A problem class has ``name``, ``spec``, ``from_spec``, ``init_kwargs``, ``build_model``,
-``model_from_federation``, ``init_theta`` and ``allow_nan`` (see :class:`~fedemstats.flower.gmm.GMMProblem`);
+``model_from_federation``, ``init_theta``, ``allow_nan`` and ``check_partition`` (see :class:`~fedemstats.flower.gmm.GMMProblem`);
 its parameter dataclass is registered in :data:`fedemstats.flower.records.PARAMS_TYPES`.
 """
 from __future__ import annotations

@@ -18,6 +18,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from ..models.factor import FactorParams
 from ..models.gaussian_missing import GaussianParams
 from ..models.gmm_params import GMMParams
+from ..models.poisson_mixture import PoissonMixtureParams
 
 __all__ = [
     "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 #: class name -> parameter dataclass a node may rebuild from a message
-PARAMS_TYPES = {"GMMParams": GMMParams, "FactorParams": FactorParams, "GaussianParams": GaussianParams}
+PARAMS_TYPES = {cls.__name__: cls for cls in (GMMParams, FactorParams, GaussianParams, PoissonMixtureParams)}
 #: ConfigRecord key naming the parameter class
 _TYPE_KEY = "__type__"
 #: ConfigRecord keys of a compressed payload: the codec's name and the encoded row

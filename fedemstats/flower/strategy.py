@@ -81,7 +81,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
         sizes = np.array([d.n_rows for d in descs], dtype=np.int64)
         self.weights = sizes / sizes.sum()  # = Federation(weights="samples")
         mean, cov = pooled_moments(descs)
-        self.column_scale = public_scale(cov, mean)
+        self.shift, self.column_scale = mean, public_scale(cov, mean)
         self.model = self.problem.build_model(mean.shape[0], mean, self.column_scale)
         self.algorithm = algo = s.algorithm(self.model)
         theta0 = self.problem.init_theta(self.model, mean, cov, self.rng)
@@ -100,9 +100,10 @@ class FedEMStrategy(NodesRoundZero, Strategy):
                         step_size=float("nan"), **traffic)
 
     def _public(self) -> dict:
-        """The model's public constructor arrays every instruction carries: the shift and the column
-        scale (in whose units the T-map floors eigenvalues)."""
-        return {"shift": self.model.shift, "column_scale": self.column_scale}
+        """The model's public constructor arrays every instruction carries: the shift (the pooled
+        mean) and the column scale (in whose units the T-map floors eigenvalues); a model of first
+        moments only (Poisson) has neither and ignores them."""
+        return {"shift": self.shift, "column_scale": self.column_scale}
 
     def _content(self, client, config, **arrays) -> RecordDict:
         config = {"client": int(client), P.PARTITION_ID: int(self.partitions[client]), **config}
@@ -281,7 +282,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
         theta = self.model.params_to_dict(self.model.t_map(self.state.s_hat))
         return {"problem": self.problem.spec(), "settings": self.settings.as_dict(),
                 "partitions": list(self.partitions), "weights": self.weights.tolist(),
-                "shift": self.model.shift.tolist(), "column_scale": self.column_scale.tolist(),
+                "shift": self.shift.tolist(), "column_scale": self.column_scale.tolist(),
                 "entropy": int(self.state.entropy),
                 "round": int(self.state.round), "s_hat": self.state.s_hat.tolist(),
                 "v": self.state.v.tolist(), "v_clients": self.state.v_clients.tolist(),

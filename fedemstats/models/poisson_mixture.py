@@ -23,7 +23,7 @@ from ._summaries import INIT_METHODS, SUMMARY_MIN_ROWS, check_init_method, nan_m
 from .base import Model
 from .poisson_geometry import poisson_geometry
 
-__all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture",
+__all__ = ["PoissonMixtureParams", "PoissonMixtureModel", "check_counts", "init_poisson_mixture", "poisson_start",
            "RATE_FLOOR"]
 
 #: Floor of the rates λ_kj in the T-map: a component that never sees a positive count
@@ -201,9 +201,17 @@ def init_poisson_mixture(federation, model, method="kmeans", rng=None, min_rows=
     """
     check_init_method(method)
     rng = check_rng(rng)
-    K, d = model.n_components, model.n_features
+    K = model.n_components
     mean = nan_mean(federation)  # column sums / counts from the clients
     rates = filled_kmeans_summaries(federation, mean, K, rng, min_rows) if method == "kmeans" else None
+    return poisson_start(mean, model, rng, rates)
+
+
+def poisson_start(mean, model, rng, rates=None) -> PoissonMixtureParams:
+    """θ_0 from the observed counts' column means (d,): the given ``rates`` (K, d), or
+    ``mean_j exp(INIT_LOG_SPREAD ξ_kj)`` drawn from ``rng``; floored at :data:`RATE_FLOOR`,
+    uniform weights. The part of :func:`init_poisson_mixture` after the clients' summaries (a
+    Flower server calls it on the nodes' moments)."""
     if rates is None:
-        rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((K, d)))
-    return PoissonMixtureParams(np.full(K, 1.0 / K), np.maximum(rates, RATE_FLOOR))
+        rates = mean[None] * np.exp(INIT_LOG_SPREAD * rng.standard_normal((model.n_components, model.n_features)))
+    return PoissonMixtureParams(np.full(model.n_components, 1.0 / model.n_components), np.maximum(rates, RATE_FLOOR))
