@@ -126,8 +126,9 @@ def floor_noisy_covariances(model, s, geometry, noise_std, previous=None):
     """
     layout, ct, d = model.layout, model.covariance_type, model.n_features
     y = layout.unpack(geometry.forward(np.asarray(s, dtype=np.float64))[0])
-    # a mass below the noise level cannot be told from zero: raised to it, which also
-    # shrinks that component's mean towards the geometry's centre (the previous mean)
+    # a mass below the noise level cannot be told from zero: raised to it; given ``previous``,
+    # that component keeps θ's mean and covariance (without it, its mean shrinks towards the
+    # geometry's centre, the previous mean, by the raised count)
     y0 = np.maximum(y["resp"], max(NOISE_FLOOR * noise_std, RESP_FLOOR))
     empty = (y["resp"] < y0) if previous is not None else np.zeros(y0.shape, dtype=bool)
     if empty.any():
@@ -150,8 +151,8 @@ def floor_noisy_covariances(model, s, geometry, noise_std, previous=None):
         var = (y2 / y0 - np.sum(mu ** 2, axis=1)) / d
         floored = y0 * (d * np.maximum(var, NOISE_FLOOR * t / d) + np.sum(mu ** 2, axis=1))
     if ct != "tied":
-        # an empty component's covariance is θ's, which no noise touched: flooring it at the noise
-        # level would inflate it by that factor every round (t √d ≥ 2 at the count's floor)
+        # an empty component's covariance is θ's, which no noise touched: floored at its noise level
+        # (NOISE_FLOOR t √d = √d times θ's, full, at the count's floor) it would grow every round
         floored[empty] = y2[empty]
     y["resp"], y["sum_xx"] = y0, floored
     return geometry.inverse(layout.pack(y))[0]
