@@ -139,7 +139,7 @@ def client_round_rng(entropy: int, round_: int, client: int) -> np.random.Genera
     return np.random.default_rng(np.random.SeedSequence(int(entropy), spawn_key=(int(round_), int(client))))
 
 
-def check_missing_input(X, observed=None, *, fitting=True, columns=None) -> np.ndarray:
+def check_missing_input(X, observed=None, *, fitting=True, columns=None, all_columns=True) -> np.ndarray:
     """Reject inputs the missing-value models cannot learn from.
 
     Parameters
@@ -151,6 +151,9 @@ def check_missing_input(X, observed=None, *, fitting=True, columns=None) -> np.n
         Also reject rows with no observed value.
     columns : sequence of str, optional
         Column names for the error (the estimator's ``feature_names_in_``); indices otherwise.
+    all_columns : bool, default=True
+        Reject a column with no observed value (off for one client's part of the data: another
+        client may observe it).
 
     Returns
     -------
@@ -159,12 +162,12 @@ def check_missing_input(X, observed=None, *, fitting=True, columns=None) -> np.n
     Raises
     ------
     ValueError
-        If a column has no observed value, or (when ``fitting``) a row has none:
+        If a column (when ``all_columns``) has no observed value, or (when ``fitting``) a row has none:
         such rows carry no information and are *not* skipped silently.
     """
     observed = ~np.isnan(X) if observed is None else observed
     empty_cols = np.flatnonzero(~observed.any(axis=0))
-    if empty_cols.size:
+    if all_columns and empty_cols.size:
         raise ValueError(f"column(s) {column_labels(empty_cols, columns)} have no observed value; a model "
                          "cannot be fitted for them: drop these columns.")
     if fitting:

@@ -184,7 +184,7 @@ def test_a_node_refuses_a_row_with_no_observed_value(scaled, caplog):
     settings = FedEMSettings(n_rounds=2, seed=3, node_wait=1.0)
     with pytest.raises(RuntimeError, match="0 node\\(s\\) described themselves"):
         FedEMStrategy(ImputerProblem(), settings).start(grid)
-    assert _refusing_nodes(caplog, "row(s) [1] of the partition have no observed value") == N_PARTS
+    assert _refusing_nodes(caplog, "1 row(s) (e.g. [1]) have no observed value") == N_PARTS
 
 
 def test_a_column_no_node_observes_stops_the_run_with_its_index(scaled):

@@ -169,15 +169,15 @@ def test_round_zero_and_description_checks():
         check_description(desc, 2)
     # pairwise-complete descriptions (missing values): counts are whole numbers in [0, m_i]
     desc[P.METRICS] = MetricRecord({P.PARTITION_ID: 1, "n-rows": 9})
-    pairs = {"mean": np.zeros(3), "scatter": np.eye(3), "counts": np.full(3, 9.0), "pair_counts": np.full((3, 3), 7.0),
+    pairs = {"mean": np.zeros(3), "scatter": np.eye(3), "pair_counts": np.full((3, 3), 7.0),
              "pair_sums": np.zeros((3, 3))}
     desc[P.ARRAYS] = to_array_record(**pairs)
     assert set(check_description(desc, 2, pairwise=True)[2]) == set(pairs)
-    with pytest.raises(InvalidReply, match="no array 'counts'"):
+    with pytest.raises(InvalidReply, match="no array 'pair_counts'"):
         desc[P.ARRAYS] = to_array_record(mean=np.zeros(3), scatter=np.eye(3))
         check_description(desc, 2, pairwise=True)
-    for name, bad in (("counts", np.full(3, 10.0)), ("pair_counts", np.full((3, 3), 2.5)),
-                      ("counts", np.full(3, -1.0))):
+    for name, bad in (("pair_counts", np.full((3, 3), 10.0)), ("pair_counts", np.full((3, 3), 2.5)),
+                      ("pair_counts", np.full((3, 3), -1.0))):
         desc[P.ARRAYS] = to_array_record(**{**pairs, name: bad})
         with pytest.raises(InvalidReply, match=f"{name}' holds values that are not whole numbers in \\[0, 9\\]"):
             check_description(desc, 2, pairwise=True)

@@ -52,7 +52,7 @@ def test_nan_moments_are_pairwise_complete_and_computed_once(monkeypatch, nan_fr
             ref = np.mean((X[both, j] - mean[j]) * (X[both, k] - mean[k]))
             assert cov[j, k] == pytest.approx(ref, rel=1e-9, abs=1e-12 * np.sqrt(cov[j, j] * cov[k, k]))
     calls = []
-    monkeypatch.setattr(_summaries, "_pair_sums", lambda *a: calls.append(1))
+    monkeypatch.setattr(_summaries, "pair_products", lambda *a: calls.append(1))
     again = nan_moments(fed)  # the centring and the initialisation both ask: one computation
     assert not calls
     np.testing.assert_array_equal(again[1], cov)

@@ -220,10 +220,10 @@ class PrivateFedEM(FedEM):
         theta = self.model.t_map(state.s_hat)
         geometries = self.round_geometries(theta, state.s_hat, n_clients)
         zeros, tau = np.zeros(active.size), self.noise_std(dp, inclusion)
+        previous = self.model.expected_stats(theta)
         return self.server_step(state, np.full(n_clients, 1.0 / n_clients), active, pi, sums,
                                 np.full(active.size, np.nan), (zeros, zeros), geometries, 0.0, None,
-                                project=lambda s: self.model.dp_denoise(s, release, tau,
-                                                                        self.model.expected_stats(theta)))
+                                project=lambda s: self.model.dp_denoise(s, release, tau, previous))
 
     # ------------------------------------------------------------------ round 0 and the rounds
     def run(self, federation, theta0, n_rounds, random_state=None, tol=None, progress=None):

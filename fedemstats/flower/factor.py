@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from .._validation import check_int
 from ..models.factor import FactorAnalysisModel, init_factor_from_moments
+from .problem_base import Problem
 
 __all__ = ["FactorAnalysisProblem"]
 
 
-class FactorAnalysisProblem:
+class FactorAnalysisProblem(Problem):
     """Factor analysis as a Flower FedEM problem.
 
     Parameters
@@ -24,8 +25,6 @@ class FactorAnalysisProblem:
     """
 
     name = "fa"
-    #: nodes refuse NaN and describe their rows with counts, means and centred scatters
-    allow_nan = False
 
     def __init__(self, n_factors):
         self.n_factors = check_int(n_factors, "n_factors")
@@ -44,19 +43,10 @@ class FactorAnalysisProblem:
             raise ValueError("a factor-analysis run needs the run-config key 'n-factors' (the latent dimension).")
         return cls(int(spec["n-factors"]))
 
-    def __eq__(self, other):
-        return isinstance(other, FactorAnalysisProblem) and self.spec() == other.spec()
-
-    __hash__ = None
-
     def __repr__(self):
         return f"FactorAnalysisProblem(n_factors={self.n_factors})"
 
     # ------------------------------------------------------------------ model
-    @staticmethod
-    def check_partition(X) -> None:
-        """Nothing beyond the node's own checks (finite complete rows, at least two)."""
-
     def init_kwargs(self) -> dict:
         """Options of ``model.init_theta`` for the in-process run of the same start (none)."""
         return {}

@@ -13,6 +13,7 @@ from .._validation import check_int, check_positive
 from ..models.gmm import GaussianMixtureModel
 from ..models.gmm_init import init_random_from_moments
 from ..models.gmm_params import check_covariance_type
+from .problem_base import Problem
 
 __all__ = ["GMMProblem"]
 
@@ -20,7 +21,7 @@ __all__ = ["GMMProblem"]
 INIT_METHODS = ("random",)
 
 
-class GMMProblem:
+class GMMProblem(Problem):
     """Gaussian mixture as a Flower FedEM problem.
 
     Parameters
@@ -37,8 +38,6 @@ class GMMProblem:
     """
 
     name = "gmm"
-    #: nodes refuse NaN and describe their rows with counts, means and centred scatters
-    allow_nan = False
 
     def __init__(self, n_components, covariance_type="full", reg_covar=1e-6, init="random"):
         self.n_components = check_int(n_components, "n_components")
@@ -62,20 +61,11 @@ class GMMProblem:
         return cls(int(spec["n-components"]), str(spec.get("covariance-type", "full")),
                    float(spec.get("reg-covar", 1e-6)), str(spec.get("init", "random")))
 
-    def __eq__(self, other):
-        return isinstance(other, GMMProblem) and self.spec() == other.spec()
-
-    __hash__ = None
-
     def __repr__(self):
         return (f"GMMProblem(n_components={self.n_components}, covariance_type={self.covariance_type!r}, "
                 f"reg_covar={self.reg_covar!r}, init={self.init!r})")
 
     # ------------------------------------------------------------------ model
-    @staticmethod
-    def check_partition(X) -> None:
-        """Nothing beyond the node's own checks (finite complete rows, at least two)."""
-
     def init_kwargs(self) -> dict:
         """Options of ``model.init_theta`` for the in-process run of the same start."""
         return {"method": self.init}

@@ -8,13 +8,12 @@ forms the public shift and scale and θ_0 exactly as ``FederatedImputer`` does f
 """
 from __future__ import annotations
 
-import numpy as np
-
-from .._validation import check_int, check_positive
+from .._validation import check_int, check_missing_input, check_positive
 from ..models._summaries import regularise_moments
 from ..models.gaussian_missing import GaussianMissingModel, gaussian_start
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel, gmm_missing_start
 from ..models.poisson_mixture import PoissonMixtureModel, check_counts, poisson_start
+from .problem_base import Problem
 
 __all__ = ["ImputerProblem"]
 
@@ -22,7 +21,7 @@ __all__ = ["ImputerProblem"]
 IMPUTER_MODELS = ("gaussian", "gmm", "poisson")
 
 
-class ImputerProblem:
+class ImputerProblem(Problem):
     """A missing-value model as a Flower FedEM problem (``FederatedImputer``'s fit).
 
     Parameters
@@ -80,11 +79,6 @@ class ImputerProblem:
         n_components = 1 if model == "gaussian" else int(spec.get("n-components", 1))
         return cls(model, n_components, str(spec.get("covariance-type", "full")), float(spec.get("reg-covar", 1e-6)))
 
-    def __eq__(self, other):
-        return isinstance(other, ImputerProblem) and self.spec() == other.spec()
-
-    __hash__ = None
-
     def __repr__(self):
         return (f"ImputerProblem(model={self.model!r}, n_components={self.n_components}, "
                 f"covariance_type={self.covariance_type!r}, reg_covar={self.reg_covar!r})")
@@ -99,10 +93,7 @@ class ImputerProblem:
     def check_partition(self, X) -> None:
         """Refuse a node's rows this model cannot learn from (``X`` has NaN where missing): a row
         with no observed value; for the Poisson model, counts that are negative or fractional."""
-        empty = np.flatnonzero(np.isnan(X).all(axis=1))
-        if empty.size:
-            raise ValueError(f"row(s) {empty[:10].tolist()} of the partition have no observed value; they "
-                             "carry no information: drop them.")
+        check_missing_input(X, all_columns=False)  # another node may observe a column this one never does
         if self.model == "poisson":
             check_counts(X, name="the node's partition")
 

@@ -133,7 +133,7 @@ def pooled_moments(descriptions):
     """
     if "pair_counts" in descriptions[0].moments:
         stacked = {name: np.array([d.moments[name] for d in descriptions]) for name in PAIR_MOMENT_NAMES}
-        empty = np.flatnonzero(stacked["counts"].sum(axis=0) == 0)
+        empty = np.flatnonzero(np.diagonal(stacked["pair_counts"].sum(axis=0)) == 0)
         if empty.size:
             raise RuntimeError(f"column(s) {empty.tolist()} have no observed value on any node; a model cannot "
                                "be fitted for them: drop these columns on every node.")

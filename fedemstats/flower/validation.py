@@ -118,9 +118,9 @@ def check_stats_reply(content, q, partition_id, n_rows=None):
 def check_description(content, min_rows, pairwise=False):
     """(partition id, m_i, moments) of a ``query.describe`` reply, once checked.
 
-    ``moments`` holds ``mean`` (d,) and ``scatter`` (d, d); with ``pairwise`` also ``counts``
-    (d,), ``pair_counts`` and ``pair_sums`` (d, d) (:func:`fedemstats.models._pair_moments.client_pair_moments`),
-    the counts whole numbers between 0 and m_i.
+    ``moments`` holds ``mean`` (d,) and ``scatter`` (d, d); with ``pairwise`` also ``pair_counts``
+    (whole numbers between 0 and m_i) and ``pair_sums`` (d, d)
+    (:func:`fedemstats.models._pair_moments.client_pair_moments`).
 
     Raises
     ------
@@ -137,12 +137,11 @@ def check_description(content, min_rows, pairwise=False):
     d = mean.size
     moments = {"mean": mean, "scatter": _float_array(arrays, "scatter", (d, d))}
     if pairwise:
-        moments.update(counts=_float_array(arrays, "counts", (d,)), pair_counts=_float_array(arrays, "pair_counts", (d, d)),
+        moments.update(pair_counts=_float_array(arrays, "pair_counts", (d, d)),
                        pair_sums=_float_array(arrays, "pair_sums", (d, d)))
-        for name in ("counts", "pair_counts"):
-            counts = moments[name]
-            if np.any(counts < 0) or np.any(counts > rows) or np.any(counts != np.round(counts)):
-                raise InvalidReply(f"array {name!r} holds values that are not whole numbers in [0, {rows}].")
+        counts = moments["pair_counts"]
+        if np.any(counts < 0) or np.any(counts > rows) or np.any(counts != np.round(counts)):
+            raise InvalidReply(f"array 'pair_counts' holds values that are not whole numbers in [0, {rows}].")
     return pid, rows, moments
 
 

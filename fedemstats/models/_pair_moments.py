@@ -1,11 +1,13 @@
-"""Pairwise-complete moments of rows with missing values, as one client part and one server part.
+"""Pairwise-complete moments of rows with missing values: the products both halves use.
 
-The in-process engine holds every client's rows and evaluates the pooled sums of
-:func:`._summaries.nan_moments` in one pass. A node of a real deployment
-(``fedemstats.flower``) sends :func:`client_pair_moments` of its own rows instead, once, and
-the server's :func:`combine_pair_moments` forms the same mean and pairwise covariance (equal
-up to rounding): each node centres on its own column means, so no precision is lost to a
-large offset, and the server moves every pair's sum to the global means exactly.
+:func:`pair_products` is the one pass over rows: for every pair of columns (j, l), over the
+rows where both are observed, their count and the sums of ``(x_j − c_j)(x_l − c_l)`` (and of
+``x_j − c_j``) about a centre ``c``. The in-process engine, which holds every client's rows,
+evaluates it once on all of them about the global means (:func:`._summaries.nan_moments`). A
+node of a real deployment (``fedemstats.flower``) evaluates it on its own rows about its own
+column means and sends :func:`client_pair_moments`, once; the server's
+:func:`combine_pair_moments` moves every pair's sums to the global means exactly and gets the
+same mean and covariance (equal up to rounding), with no precision lost to a large offset.
 """
 from __future__ import annotations
 
@@ -13,10 +15,67 @@ import numpy as np
 
 from ._patterns import rows_per_chunk
 
-__all__ = ["PAIR_MOMENT_NAMES", "client_pair_moments", "combine_pair_moments"]
+__all__ = ["PAIR_MOMENT_NAMES", "observed_means", "pair_products", "pairwise_covariance", "client_pair_moments",
+           "combine_pair_moments"]
 
-#: the arrays of one client's part, in the order :func:`client_pair_moments` returns them
-PAIR_MOMENT_NAMES = ("counts", "mean", "pair_counts", "pair_sums", "scatter")
+#: the arrays of one client's part (:func:`client_pair_moments`); a column's count is its pair
+#: count with itself, the diagonal of ``pair_counts``
+PAIR_MOMENT_NAMES = ("mean", "pair_counts", "pair_sums", "scatter")
+
+
+def observed_means(X, observed=None) -> np.ndarray:
+    """Mean of the observed values of each column of ``X`` (n, d), shape (d,); 0 where none."""
+    observed = ~np.isnan(X) if observed is None else observed
+    return np.where(observed, X, 0.0).sum(axis=0) / np.maximum(observed.sum(axis=0), 1.0)
+
+
+def pair_products(X, centre, with_sums=False):
+    """Sums over the rows where columns j and l are both observed, in chunked BLAS products.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        NaN where missing.
+    centre : ndarray of shape (d,)
+        Finite.
+    with_sums : bool, default=False
+        Also return the sums of ``x_j − c_j``.
+
+    Returns
+    -------
+    counts : ndarray of shape (d, d)
+        Rows where j and l are both observed (float64, whole numbers).
+    sums : ndarray of shape (d, d) or None
+        Entry (j, l): the sum of ``x_j − c_j`` over those rows (not symmetric).
+    products : ndarray of shape (d, d)
+        The sum of ``(x_j − c_j)(x_l − c_l)`` over those rows.
+    """
+    d = X.shape[1]
+    counts, products = np.zeros((d, d)), np.zeros((d, d))
+    sums = np.zeros((d, d)) if with_sums else None
+    step = rows_per_chunk(2 * d)
+    for start in range(0, X.shape[0], step):
+        Z = X[start:start + step] - centre
+        missing = np.isnan(Z)
+        if missing.any():
+            Z[missing] = 0.0
+            obs = (~missing).astype(np.float64)
+            counts += obs.T @ obs
+            if with_sums:
+                sums += Z.T @ obs
+        else:
+            counts += Z.shape[0]
+            if with_sums:
+                sums += Z.sum(axis=0)[:, None]
+        products += Z.T @ Z
+    return counts, sums, products
+
+
+def pairwise_covariance(products, counts) -> np.ndarray:
+    """``products / counts`` symmetrised, 0 for pairs never observed together, shape (d, d);
+    not necessarily positive definite (pairwise deletion)."""
+    cov = np.where(counts > 0, products / np.maximum(counts, 1.0), 0.0)
+    return 0.5 * (cov + cov.T)
 
 
 def client_pair_moments(X) -> dict:
@@ -30,31 +89,15 @@ def client_pair_moments(X) -> dict:
     Returns
     -------
     dict of ndarray (keys :data:`PAIR_MOMENT_NAMES`)
-        ``counts`` (d,): observed values per column; ``mean`` (d,): their mean (0 for a column
-        with none); ``pair_counts`` (d, d): rows where columns j and l are both observed;
-        ``pair_sums`` (d, d): entry (j, l) is the sum of ``x_j − mean_j`` over those rows (not
-        symmetric); ``scatter`` (d, d): the sum of ``(x_j − mean_j)(x_l − mean_l)`` over them.
-        All float64.
+        ``mean`` (d,): the observed values' mean per column (0 for a column with none);
+        ``pair_counts``, ``pair_sums``, ``scatter`` (d, d): :func:`pair_products` about that mean.
     """
     X = np.asarray(X, dtype=np.float64)
-    d = X.shape[1]
-    observed = ~np.isnan(X)
-    counts = observed.sum(axis=0).astype(np.float64)
-    mean = np.where(observed, X, 0.0).sum(axis=0) / np.maximum(counts, 1.0)
-    pair_counts, pair_sums, scatter = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d))
-    step = rows_per_chunk(3 * d)
-    for start in range(0, X.shape[0], step):
-        Z = X[start:start + step] - mean
-        obs = observed[start:start + step]
-        Z[~obs] = 0.0
-        weights = obs.astype(np.float64)
-        pair_counts += weights.T @ weights
-        pair_sums += Z.T @ weights
-        scatter += Z.T @ Z
-    return dict(zip(PAIR_MOMENT_NAMES, (counts, mean, pair_counts, pair_sums, scatter)))
+    mean = observed_means(X)
+    return dict(zip(PAIR_MOMENT_NAMES, (mean, *pair_products(X, mean, with_sums=True))))
 
 
-def combine_pair_moments(counts, means, pair_counts, pair_sums, scatters):
+def combine_pair_moments(means, pair_counts, pair_sums, scatters):
     """Server part: the global mean of the observed values and the pairwise-complete covariance.
 
     With ``δ_i = mean_i − c`` (``c`` the global column means), the sum over client i's rows
@@ -63,7 +106,7 @@ def combine_pair_moments(counts, means, pair_counts, pair_sums, scatters):
 
     Parameters
     ----------
-    counts, means : ndarray of shape (n_clients, d)
+    means : ndarray of shape (n_clients, d)
     pair_counts, pair_sums, scatters : ndarray of shape (n_clients, d, d)
         The clients' :func:`client_pair_moments`, stacked.
 
@@ -72,15 +115,12 @@ def combine_pair_moments(counts, means, pair_counts, pair_sums, scatters):
     mean : ndarray of shape (d,)
         0 for a column no client observed.
     cov : ndarray of shape (d, d)
-        Symmetric, not necessarily positive definite (pairwise deletion); 0 for pairs never
-        observed together. As :func:`._summaries.nan_moments` on the pooled rows.
+        As :func:`._summaries.nan_moments` on the pooled rows.
     """
-    counts, means = np.asarray(counts, dtype=np.float64), np.asarray(means, dtype=np.float64)
-    total = counts.sum(axis=0)
-    mean = (counts * means).sum(axis=0) / np.maximum(total, 1.0)
+    means, pair_counts = np.asarray(means, dtype=np.float64), np.asarray(pair_counts, dtype=np.float64)
+    counts = np.diagonal(pair_counts, axis1=1, axis2=2)
+    mean = (counts * means).sum(axis=0) / np.maximum(counts.sum(axis=0), 1.0)
     dev = means - mean
-    n_pairs = np.sum(pair_counts, axis=0)
-    sums = (np.sum(scatters, axis=0) + np.einsum("ijl,il->jl", pair_sums, dev)
-            + np.einsum("ilj,ij->jl", pair_sums, dev) + np.einsum("ijl,ij,il->jl", pair_counts, dev, dev))
-    cov = np.where(n_pairs > 0, sums / np.maximum(n_pairs, 1.0), 0.0)
-    return mean, 0.5 * (cov + cov.T)
+    products = (np.sum(scatters, axis=0) + np.einsum("ijl,il->jl", pair_sums, dev)
+                + np.einsum("ilj,ij->jl", pair_sums, dev) + np.einsum("ijl,ij,il->jl", pair_counts, dev, dev))
+    return mean, pairwise_covariance(products, pair_counts.sum(axis=0))

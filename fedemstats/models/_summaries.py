@@ -20,7 +20,8 @@ import weakref
 import numpy as np
 
 from .._linalg import safe_cholesky
-from ._patterns import rows_per_chunk, segment_column_sums, segment_scatter
+from ._pair_moments import observed_means, pair_products, pairwise_covariance
+from ._patterns import segment_column_sums, segment_scatter
 
 __all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
@@ -138,31 +139,7 @@ def global_moments(federation):
 # ---------------------------------------------------------------------- rows with missing values
 def nan_mean(federation, observed=None) -> np.ndarray:
     """Mean of the observed values of each column from the clients' sums and counts, shape (d,)."""
-    X = federation.X
-    observed = ~np.isnan(X) if observed is None else observed
-    sums = np.where(observed, X, 0.0).sum(axis=0)
-    return sums / np.maximum(observed.sum(axis=0), 1.0)
-
-
-def _pair_sums(X, centre):
-    """Sums of ``(x_j - c_j)(x_l - c_l)`` and counts over rows where both are observed, (d, d) each.
-
-    Each client's sums are over its own rows; the server only needs their total, which
-    is computed here as chunked BLAS products over all rows (the same numbers).
-    """
-    d = X.shape[1]
-    sums, counts = np.zeros((d, d)), np.zeros((d, d))
-    for start in range(0, X.shape[0], rows_per_chunk(2 * d)):
-        Z = X[start:start + rows_per_chunk(2 * d)] - centre
-        missing = np.isnan(Z)
-        if missing.any():
-            Z[missing] = 0.0
-            obs = (~missing).astype(np.float64)
-            counts += obs.T @ obs
-        else:
-            counts += Z.shape[0]
-        sums += Z.T @ Z
-    return sums, counts
+    return observed_means(federation.X, observed)
 
 
 #: federation -> (its X, nan_moments): round 1 is run once per fit (centring, then init)
@@ -193,9 +170,10 @@ def nan_moments(federation):
     if cached is not None and cached[0] is federation.X:
         return cached[1][0].copy(), cached[1][1].copy()
     mean = nan_mean(federation)
-    pair_sums, pair_n = _pair_sums(federation.X, mean)
-    cov = np.where(pair_n > 0, pair_sums / np.maximum(pair_n, 1.0), 0.0)
-    result = (mean, 0.5 * (cov + cov.T))
+    # each client's sums are over its own rows; the server only needs their total, computed here
+    # over all rows at once (the same numbers)
+    counts, _, products = pair_products(federation.X, mean)
+    result = (mean, pairwise_covariance(products, counts))
     _NAN_MOMENTS[federation] = (federation.X, result)
     return result[0].copy(), result[1].copy()
 
