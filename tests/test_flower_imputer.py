@@ -187,17 +187,21 @@ def test_a_node_refuses_a_row_with_no_observed_value(scaled, caplog):
     assert _refusing_nodes(caplog, "1 row(s) (e.g. [1]) have no observed value") == N_PARTS
 
 
-def test_a_column_no_node_observes_stops_the_run_with_its_index(scaled):
+@pytest.mark.parametrize("kept", [0, 1], ids=["never", "once-per-node"])
+def test_a_column_no_node_observes_twice_stops_the_run_with_its_index(scaled, kept):
+    """A node leaves out a column it observes in one row only (its mean would be that row's
+    value): if every node does, the column is as unobserved."""
     folder, parts = scaled
 
     def load(context):
         X = parts[int(context.node_config["partition-id"])].copy()
-        X[:, 7] = np.nan
+        X[kept:, 7] = np.nan
+        X[:kept, 7] = 1.0
         X[np.isnan(X).all(axis=1), 0] = 0.0
         return X
 
     grid = LocalGrid(make_client_app(ImputerProblem, load_partition=load), [{"partition-id": i} for i in range(N_PARTS)])
-    with pytest.raises(RuntimeError, match=r"column\(s\) \[7\] have no observed value on any node"):
+    with pytest.raises(RuntimeError, match=r"column\(s\) \[7\] are observed in at least 2 rows on no node"):
         FedEMStrategy(ImputerProblem(), FedEMSettings(n_rounds=2, seed=3)).start(grid)
 
 
@@ -257,6 +261,13 @@ def test_any_small_federation_with_missing_values_runs_on_flower_as_in_process(s
                              min_nodes=n_nodes)
     grid = LocalGrid(make_client_app(ImputerProblem, load_partition=lambda c: parts[int(c.node_config["partition-id"])]),
                      [{"partition-id": i} for i in range(n_nodes)])
+    if any(max(np.sum(~np.isnan(X[:, j])) for X in parts) < 2 for j in range(d)):
+        # every node observes some column in one row at most, and shares none of it
+        with pytest.raises(RuntimeError, match="are observed in at least 2 rows on no node"):
+            FedEMStrategy(ImputerProblem(), settings).start(grid)
+        with pytest.raises(ValueError, match="are observed in fewer than 2 rows of every client"):
+            reference_run(parts, ImputerProblem(), settings)
+        return
     result = FedEMStrategy(ImputerProblem(), settings).start(grid)
     reference = reference_run(parts, ImputerProblem(), settings)
     for name, diff in max_abs_difference(result, reference).items():

@@ -123,6 +123,15 @@ def test_bad_input():
     bad[5] = np.nan
     with pytest.raises(ValueError, match="not skipped"):
         FederatedImputer().fit(bad)
+    # column 2 observed in one row of each of four sites: a site's mean of it would be its value
+    groups = np.repeat(np.arange(4), len(X) // 4 + 1)[: len(X)]
+    bad = Xm.copy()
+    bad[:, 2] = np.nan
+    bad[np.searchsorted(groups, np.arange(4)), 2] = X[np.searchsorted(groups, np.arange(4)), 2]
+    bad[np.isnan(bad).all(axis=1), 0] = 1.0
+    for model in ("gaussian", "gmm"):
+        with pytest.raises(ValueError, match=r"column\(s\) \[2\] are observed in fewer than 2 rows of every client"):
+            FederatedImputer(model).fit(bad, groups=groups)
     counts = np.round(np.abs(Xm))
     with pytest.raises(ValueError, match="Negative"):
         FederatedImputer("poisson").fit(np.where(np.isnan(counts), np.nan, -counts))

@@ -20,17 +20,31 @@ def _combined(parts):
     return combine_pair_moments(*(np.array([piece[name] for piece in pieces]) for name in PAIR_MOMENT_NAMES))
 
 
-def _brute_force(X):
-    """Column means of the observed values, and for every pair the mean of the centred products
-    over the rows where both are observed (0 where none): two loops, no algebra."""
-    d = X.shape[1]
-    mean = np.array([X[~np.isnan(X[:, j]), j].mean() for j in range(d)])
+def _brute_force(parts):
+    """Column means of the values clients share, and for every pair the mean of the centred
+    products over the rows where both are shared (0 where none): loops, no algebra. A client
+    shares a column only if it observes it in two rows or more, and a pair only if it observes
+    both in two rows or more."""
+    d = parts[0].shape[1]
+    shared = []
+    for X in parts:
+        X = X.copy()
+        for j in range(d):
+            if np.sum(~np.isnan(X[:, j])) == 1:
+                X[:, j] = np.nan
+        shared.append(X)
+    values = [np.concatenate([X[~np.isnan(X[:, j]), j] for X in shared]) for j in range(d)]
+    mean = np.array([v.mean() if v.size else 0.0 for v in values])
     cov = np.zeros((d, d))
     for j in range(d):
         for k in range(d):
-            both = ~np.isnan(X[:, j]) & ~np.isnan(X[:, k])
-            if both.any():
-                cov[j, k] = np.mean((X[both, j] - mean[j]) * (X[both, k] - mean[k]))
+            products = []
+            for X in shared:
+                both = ~np.isnan(X[:, j]) & ~np.isnan(X[:, k])
+                if both.sum() >= 2:
+                    products.extend((X[both, j] - mean[j]) * (X[both, k] - mean[k]))
+            if products:
+                cov[j, k] = np.mean(products)
     return mean, cov
 
 
@@ -72,9 +86,14 @@ def test_merged_client_parts_equal_the_pooled_moments_and_the_brute_force_refere
     X = np.vstack(parts)
     if (~np.isnan(X)).sum(axis=0).min() == 0:
         return  # a column nobody observed: the estimators refuse it before any moment
-    reference = _brute_force(X)
+    federation = Federation.from_clients(parts, allow_nan=True)
+    if not all(max(np.sum(~np.isnan(p[:, j])) for p in parts) >= 2 for j in range(d)):
+        with pytest.raises(ValueError, match=r"observed in fewer than 2 rows of every client"):
+            nan_moments(federation)
+        return
+    reference = _brute_force(parts)
     _assert_close(_combined(parts), reference)
-    _assert_close(nan_moments(Federation.from_clients(parts, allow_nan=True)), reference)
+    _assert_close(nan_moments(federation), reference)
 
 
 def test_a_client_that_never_observes_a_column_adds_nothing_to_it():
@@ -84,20 +103,59 @@ def test_a_client_that_never_observes_a_column_adds_nothing_to_it():
     piece = client_pair_moments(parts[1])
     assert piece["pair_counts"][2, 2] == 0 and piece["mean"][2] == 0.0
     assert not piece["pair_counts"][2].any() and not piece["pair_sums"][:, 2].any()
-    _assert_close(_combined(parts), _brute_force(np.vstack(parts)))
+    _assert_close(_combined(parts), _brute_force(parts))
 
 
 def test_the_client_part_is_sums_over_the_clients_rows():
+    X = np.array([[1.0, np.nan], [3.0, 4.0], [np.nan, 8.0], [5.0, 9.0]])
+    piece = client_pair_moments(X)
+    np.testing.assert_array_equal(piece["mean"], [3.0, 7.0])
+    np.testing.assert_array_equal(piece["pair_counts"], [[3, 2], [2, 3]])
+    # (j, l): sum of x_j − mean_j over the rows where l is observed too
+    np.testing.assert_array_equal(piece["pair_sums"], [[0.0, 2.0], [-1.0, 0.0]])
+    np.testing.assert_array_equal(piece["scatter"], [[8.0, 4.0], [4.0, 14.0]])
+
+
+def test_a_pair_observed_together_in_one_row_is_left_out():
+    """Its pair_sums would be that row's values less the public column means."""
     X = np.array([[1.0, np.nan], [3.0, 4.0], [np.nan, 8.0]])
     piece = client_pair_moments(X)
     np.testing.assert_array_equal(piece["mean"], [2.0, 6.0])
-    np.testing.assert_array_equal(piece["pair_counts"], [[2, 1], [1, 2]])
-    # (j, l): sum of x_j − mean_j over the rows where l is observed too
-    np.testing.assert_array_equal(piece["pair_sums"], [[0.0, 1.0], [-2.0, 0.0]])
-    np.testing.assert_array_equal(piece["scatter"], [[2.0, -2.0], [-2.0, 8.0]])
+    np.testing.assert_array_equal(piece["pair_counts"], [[2, 0], [0, 2]])
+    np.testing.assert_array_equal(piece["pair_sums"], np.zeros((2, 2)))
+    np.testing.assert_array_equal(piece["scatter"], [[2.0, 0.0], [0.0, 8.0]])
 
 
-@pytest.mark.parametrize("rows", [3, 5000])
+@pytest.mark.parametrize("value", [2.0, 777.0])
+def test_a_value_its_client_alone_observes_in_its_column_never_leaves_it(value):
+    """A client's column observed in one row: the node's description and the in-process
+    moments are those of the same rows without it, whatever the value."""
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(6, 3)), rng.normal(size=(5, 3))]
+    parts[0][1:, 2] = np.nan
+    parts[0][0, 2] = value
+    without = [parts[0].copy(), parts[1]]
+    without[0][0, 2] = np.nan
+    piece, reference = client_pair_moments(parts[0]), client_pair_moments(without[0])
+    for name in PAIR_MOMENT_NAMES:
+        np.testing.assert_array_equal(piece[name], reference[name])
+    got = nan_moments(Federation.from_clients(parts, allow_nan=True))
+    want = nan_moments(Federation.from_clients(without, allow_nan=True))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=1e-15)
+    # a value observed twice is shared: the mean moves with it
+    parts[0][1, 2] = 0.5
+    assert nan_moments(Federation.from_clients(parts, allow_nan=True))[0][2] != want[0][2]
+
+
+def test_a_column_no_client_observes_twice_is_refused_with_what_to_do():
+    parts = [np.array([[1.0, 2.0], [3.0, np.nan], [4.0, np.nan]]), np.array([[5.0, np.nan], [6.0, 7.0]])]
+    with pytest.raises(ValueError, match=r"column\(s\) \[1\] are observed in fewer than 2 rows of every client.*"
+                                         r"Drop these columns, or group the rows into larger clients"):
+        nan_moments(Federation.from_clients(parts, allow_nan=True))
+
+
+@pytest.mark.parametrize("rows", [9, 5000])
 def test_chunked_sums_match_one_block(rows, monkeypatch):
     """Chunks of 7 rows (the chunk budget made small), some with no missing value (the BLAS
     shortcut that counts whole chunks), over three clients with different offsets (so that their
@@ -113,6 +171,6 @@ def test_chunked_sums_match_one_block(rows, monkeypatch):
     parts = [part + shift for part, shift in zip(np.array_split(X, 3), ([0.0, 0.0, 0.0], [1e-3, 2.0, -5e2],
                                                                        [-2e-3, -1.0, 3e3]))]
     assert _patterns.rows_per_chunk(6) == 7
-    reference = _brute_force(np.vstack(parts))
+    reference = _brute_force(parts)
     _assert_close(_combined(parts), reference)
     _assert_close(nan_moments(Federation.from_clients(parts, allow_nan=True)), reference)

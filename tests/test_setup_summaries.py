@@ -75,3 +75,47 @@ def test_kmeans_summaries_of_large_clients_use_a_sample_and_weigh_all_rows(monke
     assert seen["w"].sum() == pytest.approx(2 * n)  # the counts stand for every row
     dist = np.linalg.norm(centres[:, None] - means[None], axis=-1)
     assert dist.min(axis=1).max() < 0.3
+
+
+def test_each_local_centroid_is_the_mean_of_the_rows_labelled_with_it():
+    """The labels local_kmeans_all returns are the centroids' own rows (what the filled
+    summaries count observed values over), on a client larger than its sample too."""
+    from fedemstats.models._local_kmeans import local_kmeans_all
+
+    rng = np.random.default_rng(5)
+    sizes = [7, 40, _kmeans_summaries.LOCAL_KMEANS_MAX_ROWS + 300]
+    X = rng.normal(size=(sum(sizes), 3)) + 4.0 * rng.integers(3, size=(sum(sizes), 1))
+    offsets = np.r_[0, np.cumsum(sizes)]
+    ks = np.array([0, 3, 4])
+    centres, counts, used, rows, labels = local_kmeans_all(X, offsets, ks, rng, 10,
+                                                           _kmeans_summaries.LOCAL_KMEANS_MAX_ROWS)
+    assert rows.size == used.sum() and np.all(labels[:sizes[0]] == -1)
+    client = np.searchsorted(offsets, rows, side="right") - 1
+    for i, k in enumerate(ks):
+        for l in range(k):
+            mine = rows[(client == i) & (labels == l)]
+            assert mine.size == counts[i, l] > 0
+            np.testing.assert_allclose(centres[i, l], X[mine].mean(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("value", [0.3, -2.0])
+def test_a_filled_centroid_never_holds_one_observed_value(value):
+    """Three blobs of 6 rows on one client; column 2 of the first blob observed in one row
+    only. Its centroid sends the fill there (the mean of the filled rows, (value + 5 fill) / 6,
+    would give the value away)."""
+    from fedemstats.models._kmeans_summaries import filled_kmeans_summaries
+
+    rng = np.random.default_rng(1)
+    X = np.repeat([[0.0, 0.0, 0.0], [50.0, 0.0, 1.0], [0.0, 50.0, 2.0]], 6, axis=0) + 0.1 * rng.normal(size=(18, 3))
+    X[:6, 2] = np.nan
+    X[0, 2] = value
+    fill = np.array([9.0, 9.0, 7.0])
+    means = filled_kmeans_summaries(Federation(X, [0, 18], allow_nan=True), fill, 3, np.random.default_rng(0))
+    first = means[np.argmin(np.linalg.norm(means[:, :2], axis=1))]
+    assert first[2] == fill[2]
+    # a column the blob observes twice is sent as the mean of its observed values
+    X[1, 2] = value + 1.0
+    means = filled_kmeans_summaries(Federation(X, [0, 18], allow_nan=True), fill, 3, np.random.default_rng(0))
+    first = means[np.argmin(np.linalg.norm(means[:, :2], axis=1))]
+    assert first[2] == pytest.approx(value + 0.5)
+    np.testing.assert_allclose(np.sort(means[:, 2])[1:], [1.0, 2.0], atol=0.1)  # the complete blobs

@@ -14,7 +14,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from ..federation import MIN_CLIENT_ROWS
-from ..models._pair_moments import PAIR_MOMENT_NAMES, combine_pair_moments
+from ..models._pair_moments import MIN_OBSERVED_ROWS, PAIR_MOMENT_NAMES, combine_pair_moments
 from ..models._summaries import combine_moments
 from . import protocol as P
 from .validation import InvalidReply, check_description
@@ -129,14 +129,16 @@ def pooled_moments(descriptions):
     Raises
     ------
     RuntimeError
-        If a column has no observed value on any node (pairwise descriptions).
+        If a column has no observed value on any node, or only on nodes that observe it in one
+        row (pairwise descriptions: such a node leaves it out, its mean would be that row's value).
     """
     if "pair_counts" in descriptions[0].moments:
         stacked = {name: np.array([d.moments[name] for d in descriptions]) for name in PAIR_MOMENT_NAMES}
         empty = np.flatnonzero(np.diagonal(stacked["pair_counts"].sum(axis=0)) == 0)
         if empty.size:
-            raise RuntimeError(f"column(s) {empty.tolist()} have no observed value on any node; a model cannot "
-                               "be fitted for them: drop these columns on every node.")
+            raise RuntimeError(f"column(s) {empty.tolist()} are observed in at least {MIN_OBSERVED_ROWS} rows on no "
+                               "node (a node shares no column it observes in one row only); a model cannot be "
+                               "fitted for them: drop these columns on every node.")
         return combine_pair_moments(*(stacked[name] for name in PAIR_MOMENT_NAMES))
     sizes = np.array([d.n_rows for d in descriptions], dtype=np.int64)
     client_means = np.array([d.moments["mean"] for d in descriptions])

@@ -16,6 +16,7 @@ from threadpoolctl import ThreadpoolController
 from .._validation import check_int, check_rng
 from ..federation import Federation
 from ._local_kmeans import local_kmeans_all, systematic_rows
+from ._pair_moments import too_few
 from ._summaries import SUMMARY_MIN_ROWS, TooFewSummariesError
 
 __all__ = ["LOCAL_LLOYD_ITER", "LOCAL_KMEANS_MAX_ROWS", "SERVER_N_INIT", "client_row_sample",
@@ -60,7 +61,7 @@ def client_row_sample(federation, max_rows, rng):
 
 
 # ---------------------------------------------------------------------- k-means summaries
-def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS):
+def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_MIN_ROWS, filled=None):
     """Initial centres from clients' local k-means summaries.
 
     Client ``i`` runs k-means with ``min(n_components, m_i // min_rows)`` clusters on its
@@ -77,6 +78,11 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     rng : numpy.random.Generator or int, optional
     min_rows : int, default=5
         At least 2.
+    filled : tuple (observed, fill), optional
+        For rows whose missing cells the clients filled with the public ``fill`` (d,)
+        (``observed``: bool (n, d), False at those cells): centroids are sent as the means of
+        their observed values, ``fill`` where a column holds fewer than two
+        (:func:`observed_centroids`).
 
     Returns
     -------
@@ -93,8 +99,10 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     rng = check_rng(rng)
     ks = np.minimum(n_components, federation.sizes // min_rows)
     # every client's k-means on its own rows, all clients in one parallel pass
-    centres, counts, used = local_kmeans_all(federation.X, federation.offsets, ks, rng, LOCAL_LLOYD_ITER,
-                                             LOCAL_KMEANS_MAX_ROWS)
+    centres, counts, used, rows, labels = local_kmeans_all(federation.X, federation.offsets, ks, rng,
+                                                           LOCAL_LLOYD_ITER, LOCAL_KMEANS_MAX_ROWS)
+    if filled is not None:
+        centres = observed_centroids(centres, federation.offsets, rows, labels, federation.X, *filled)
     keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
     # weights: the client's rows a centroid stands for (counts of a sample scaled up)
     weights = counts * (federation.sizes / used)[:, None]
@@ -122,11 +130,49 @@ def _thread_pools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+def observed_centroids(centres, offsets, rows, labels, X, observed, fill):
+    """Centroids of filled rows as the means of their observed values: where a centroid's column
+    holds fewer than :data:`._pair_moments.MIN_OBSERVED_ROWS` of them, the public ``fill``.
+
+    The mean of a filled column mixes the observed values with copies of ``fill``, so with one
+    observed value it would give that value away (and with more it is pulled toward ``fill``).
+
+    Parameters
+    ----------
+    centres : ndarray of shape (n_clients, K, d)
+        The local k-means' centroids (:func:`._local_kmeans.local_kmeans_all`; only the shape is read).
+    offsets : ndarray of int of shape (n_clients + 1,)
+    rows, labels : ndarray of int of shape (n_used,)
+        The rows the clients' k-means ran on, and their centroids (-1: none).
+    X : ndarray of shape (n, d)
+        The rows, observed where ``observed``.
+    observed : ndarray of bool of shape (n, d)
+    fill : ndarray of shape (d,)
+
+    Returns
+    -------
+    ndarray of shape (n_clients, K, d)
+    """
+    n_clients, K, d = centres.shape
+    assigned = labels >= 0
+    key = (np.searchsorted(offsets, rows[assigned], side="right") - 1) * K + labels[assigned]
+    seen = observed[rows[assigned]]
+    values = np.where(seen, X[rows[assigned]], 0.0)
+    counts = np.stack([np.bincount(key, weights=seen[:, j], minlength=n_clients * K) for j in range(d)], axis=1)
+    sums = np.stack([np.bincount(key, weights=values[:, j], minlength=n_clients * K) for j in range(d)], axis=1)
+    counts, sums = counts.reshape(centres.shape), sums.reshape(centres.shape)
+    shared = (counts > 0) & ~too_few(counts)
+    return np.where(shared, sums / np.maximum(counts, 1.0), fill)
+
+
 def filled_kmeans_summaries(federation, fill, n_components, rng, min_rows=SUMMARY_MIN_ROWS):
     """:func:`init_kmeans_summaries` on rows whose missing entries each client fills with
-    the public ``fill`` (d,); ``None`` when the clients are too small to send them."""
-    filled = np.where(np.isnan(federation.X), fill, federation.X)
+    the public ``fill`` (d,), centroids of their observed values (:func:`observed_centroids`);
+    ``None`` when the clients are too small to send them."""
+    observed = ~np.isnan(federation.X)
+    filled = np.where(observed, federation.X, fill)
     try:
-        return init_kmeans_summaries(Federation(filled, federation.offsets), n_components, rng, min_rows=min_rows)
+        return init_kmeans_summaries(Federation(filled, federation.offsets), n_components, rng, min_rows=min_rows,
+                                     filled=(observed, fill))
     except TooFewSummariesError:
         return None  # the callers document a fallback to random draws

@@ -135,7 +135,7 @@ def systematic_rows(offsets, max_rows, u):
 
 
 @njit(cache=True, parallel=True)
-def _all_clients(X, rows, seg, ks, u, n_iter, centres, counts):
+def _all_clients(X, rows, seg, ks, u, n_iter, centres, counts, labels):
     K, d = centres.shape[1], X.shape[1]
     for i in prange(seg.shape[0] - 1):
         k = ks[i]
@@ -144,7 +144,7 @@ def _all_clients(X, rows, seg, ks, u, n_iter, centres, counts):
         a, n = seg[i], seg[i + 1] - seg[i]
         xt, dist = _transposed(X, rows, a, n), np.empty((K, n))
         _seed(xt, n, k, u[i], centres[i], np.empty(n), dist[0])
-        _lloyd(xt, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), np.empty(n, dtype=np.int64), dist)
+        _lloyd(xt, n, k, n_iter, centres[i], counts[i], np.empty((K, d)), labels[a:a + n], dist)
 
 
 def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
@@ -173,14 +173,21 @@ def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
         Rows (of the sample) assigned to each centroid by the last assignment step.
     used : ndarray of int of shape (n_clients,)
         Rows each client's k-means ran on, ``min(m_i, max_rows)``.
+    rows : ndarray of int of shape (n_used,)
+        Those rows, client by client.
+    labels : ndarray of int of shape (n_used,)
+        Each one's centroid (its last assignment: a centroid is the mean of its rows); -1 for
+        a client with no centroid.
     """
     K = int(ks.max()) if ks.size else 0
     u = rng.random((seg.size - 1, K + 1))
     centres = np.zeros((seg.size - 1, K, X.shape[1]))
     counts = np.zeros((seg.size - 1, K), dtype=np.int64)
+    rows, labels = np.arange(0), np.full(0, -1, dtype=np.int64)
     if K:
         rows, sample_seg = systematic_rows(np.asarray(seg, dtype=np.int64), max_rows, u[:, K])
         rows = np.arange(X.shape[0]) if rows is None else rows
+        labels = np.full(rows.size, -1, dtype=np.int64)
         _all_clients(np.asarray(X, dtype=np.float64), rows, sample_seg, np.asarray(ks, dtype=np.int64), u,
-                     int(n_iter), centres, counts)
-    return centres, counts, np.minimum(np.diff(seg), max_rows)
+                     int(n_iter), centres, counts, labels)
+    return centres, counts, np.minimum(np.diff(seg), max_rows), rows, labels

@@ -8,15 +8,28 @@ node of a real deployment (``fedemstats.flower``) evaluates it on its own rows a
 column means and sends :func:`client_pair_moments`, once; the server's
 :func:`combine_pair_moments` moves every pair's sums to the global means exactly and gets the
 same mean and covariance (equal up to rounding), with no precision lost to a large offset.
+
+Both halves leave out what a client observes too rarely to share (:data:`MIN_OBSERVED_ROWS`):
+a column it observes in one row only (:func:`withhold_rare_cells`: that column's mean would be
+the row's value), and a pair of columns it observes together in one row only
+(:func:`drop_rare_pairs`, and :func:`client_pair_moments` on a node: a node's ``pair_sums`` of that
+pair would be the row's values less its public column means).
 """
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
+from ..federation import MIN_CLIENT_ROWS
 from ._patterns import rows_per_chunk
 
-__all__ = ["PAIR_MOMENT_NAMES", "observed_means", "pair_products", "pairwise_covariance", "client_pair_moments",
-           "combine_pair_moments"]
+__all__ = ["PAIR_MOMENT_NAMES", "MIN_OBSERVED_ROWS", "observed_means", "withhold_rare_cells", "too_few",
+           "drop_rare_pairs", "pair_products", "pairwise_covariance", "client_pair_moments", "combine_pair_moments"]
+
+#: A client shares a column's values, or a pair of columns' products, in the start's moments
+#: only over at least this many of its rows: the federation's smallest client, for the same
+#: reason (a mean over one row is that row's value; SPEC §3, no raw value leaves a client).
+MIN_OBSERVED_ROWS = MIN_CLIENT_ROWS
 
 #: the arrays of one client's part (:func:`client_pair_moments`); a column's count is its pair
 #: count with itself, the diagonal of ``pair_counts``
@@ -27,6 +40,133 @@ def observed_means(X, observed=None) -> np.ndarray:
     """Mean of the observed values of each column of ``X`` (n, d), shape (d,); 0 where none."""
     observed = ~np.isnan(X) if observed is None else observed
     return np.where(observed, X, 0.0).sum(axis=0) / np.maximum(observed.sum(axis=0), 1.0)
+
+
+def withhold_rare_cells(X, offsets=None) -> np.ndarray:
+    """``X`` with NaN at the cells of every column that the cell's client observes in fewer
+    than :data:`MIN_OBSERVED_ROWS` of its rows (``X`` itself when there is none).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        NaN where missing.
+    offsets : ndarray of int of shape (n_clients + 1,), optional
+        The clients' row ranges; all rows are one client's when not given.
+
+    Returns
+    -------
+    ndarray of shape (n, d)
+    """
+    observed = ~np.isnan(X)
+    if observed.all():
+        return X
+    offsets = np.array([0, X.shape[0]]) if offsets is None else np.asarray(offsets)
+    rare = too_few(_column_counts(observed, offsets))
+    if not rare.any():
+        return X
+    owner = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    withheld = X.copy()
+    withheld[rare[owner] & observed] = np.nan
+    return withheld
+
+
+def _column_counts(observed, offsets) -> np.ndarray:
+    """Each client's observed values per column, shape (n_clients, d) (no client is empty)."""
+    return np.add.reduceat(observed, offsets[:-1], axis=0, dtype=np.int64)
+
+
+def too_few(counts) -> np.ndarray:
+    """Where ``counts`` of observed values (any shape) are positive but below
+    :data:`MIN_OBSERVED_ROWS`: what a client leaves out; bool, the same shape."""
+    return (counts > 0) & (counts < MIN_OBSERVED_ROWS)
+
+
+def drop_rare_pairs(X, offsets, centre, counts, products):
+    """Pooled pair sums (:func:`pair_products` of all clients' rows about ``centre``) less every
+    client's pairs it observes together in too few rows (:func:`too_few`; what
+    :func:`client_pair_moments` leaves out on a node).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        NaN where missing, after :func:`withhold_rare_cells`.
+    offsets : ndarray of int of shape (n_clients + 1,)
+    centre : ndarray of shape (d,)
+    counts, products : ndarray of shape (d, d)
+
+    Returns
+    -------
+    counts, products : ndarray of shape (d, d)
+        New arrays when some pair was dropped, else the given ones.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if X.shape[1] < 2:
+        return counts, products
+    # columns seen in c_j and c_l of m rows are seen together in at least c_j + c_l - m: only
+    # clients whose two least-seen columns allow fewer than MIN_OBSERVED_ROWS are checked
+    seen = _column_counts(~np.isnan(X), offsets)
+    seen = np.sort(np.where(seen > 0, seen, np.inf), axis=1)
+    suspects = np.flatnonzero(seen[:, 0] + seen[:, 1] - np.diff(offsets) < MIN_OBSERVED_ROWS)
+    if not suspects.size:
+        return counts, products
+    rare_counts, rare_products = np.zeros_like(counts), np.zeros_like(products)
+    _rare_pair_sums(np.ascontiguousarray(X, dtype=np.float64), offsets, suspects, np.asarray(centre, dtype=np.float64),
+                    MIN_OBSERVED_ROWS, rare_counts, rare_products)
+    if not rare_counts.any():
+        return counts, products
+    return counts - rare_counts, products - rare_products
+
+
+@njit(cache=True)
+def _rare_pair_sums(X, offsets, clients, centre, min_rows, counts_out, products_out):
+    """Adds to the outputs, for each of ``clients``, the counts and centred products of the
+    pairs of distinct columns it observes together in 1 to ``min_rows - 1`` rows (one compiled
+    pass: the clients are often many and tiny). ``X`` has been through :func:`withhold_rare_cells`,
+    so no column's count with itself is in that range."""
+    d = X.shape[1]
+    pair, rare, seen = np.empty((d, d)), np.empty((d, d), dtype=np.bool_), np.empty(d, dtype=np.int64)
+    for c in clients:
+        a, b = offsets[c], offsets[c + 1]
+        pair[:, :] = 0.0
+        for r in range(a, b):  # the upper triangle (j < l): a column's own count is >= min_rows
+            k = _observed_columns(X, r, seen)
+            for p in range(k):
+                for q in range(p + 1, k):
+                    pair[seen[p], seen[q]] += 1.0
+        found = False
+        for j in range(d):
+            for l in range(j + 1, d):
+                rare[j, l] = 0.0 < pair[j, l] < min_rows
+                found |= rare[j, l]
+        if not found:
+            continue
+        for r in range(a, b):
+            k = _observed_columns(X, r, seen)
+            for p in range(k):
+                j = seen[p]
+                zj = X[r, j] - centre[j]
+                for q in range(p + 1, k):
+                    l = seen[q]
+                    if rare[j, l]:
+                        value = zj * (X[r, l] - centre[l])
+                        products_out[j, l] += value
+                        products_out[l, j] += value
+        for j in range(d):
+            for l in range(j + 1, d):
+                if rare[j, l]:
+                    counts_out[j, l] += pair[j, l]
+                    counts_out[l, j] += pair[j, l]
+
+
+@njit(cache=True)
+def _observed_columns(X, r, out):
+    """Writes row ``r``'s observed columns to ``out[:k]``; returns k."""
+    k = 0
+    for j in range(X.shape[1]):
+        if not np.isnan(X[r, j]):
+            out[k] = j
+            k += 1
+    return k
 
 
 def pair_products(X, centre, with_sums=False):
@@ -91,10 +231,15 @@ def client_pair_moments(X) -> dict:
     dict of ndarray (keys :data:`PAIR_MOMENT_NAMES`)
         ``mean`` (d,): the observed values' mean per column (0 for a column with none);
         ``pair_counts``, ``pair_sums``, ``scatter`` (d, d): :func:`pair_products` about that mean.
+        Columns observed in fewer than :data:`MIN_OBSERVED_ROWS` rows count as unobserved, and
+        pairs observed together in fewer have zero counts and sums.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = withhold_rare_cells(np.asarray(X, dtype=np.float64))
     mean = observed_means(X)
-    return dict(zip(PAIR_MOMENT_NAMES, (mean, *pair_products(X, mean, with_sums=True))))
+    counts, sums, products = pair_products(X, mean, with_sums=True)
+    rare = too_few(counts)
+    counts[rare], sums[rare], products[rare] = 0.0, 0.0, 0.0  # rare is symmetric: (j, l) and (l, j)
+    return dict(zip(PAIR_MOMENT_NAMES, (mean, counts, sums, products)))
 
 
 def combine_pair_moments(means, pair_counts, pair_sums, scatters):

@@ -20,15 +20,15 @@ import weakref
 import numpy as np
 
 from .._linalg import safe_cholesky
-from ._pair_moments import observed_means, pair_products, pairwise_covariance
+from ._pair_moments import (MIN_OBSERVED_ROWS, drop_rare_pairs, observed_means, pair_products, pairwise_covariance,
+                            withhold_rare_cells)
 from ._patterns import segment_column_sums, segment_scatter
 
 __all__ = ["SUMMARY_MIN_ROWS", "INIT_METHODS", "TooFewSummariesError", "check_init_method",
            "client_moments", "client_means", "global_mean", "combine_moments", "global_moments", "global_variances",
-           "global_mean_and_variances",
-           "nan_mean", "nan_moments", "regularised_nan_moments", "regularise_moments", "shrink_to_positive_definite",
-           "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale", "constant_columns", "CONSTANT_REL_SD", "check_shift_scale",
-           "standardising_shift_scale"]
+           "global_mean_and_variances", "shared_cells", "nan_mean", "nan_moments", "regularised_nan_moments",
+           "regularise_moments", "shrink_to_positive_definite", "INIT_MIN_CORRELATION_EIGENVALUE", "public_scale",
+           "constant_columns", "CONSTANT_REL_SD", "check_shift_scale", "standardising_shift_scale"]
 
 #: No client summary (local k-means centroid) is computed from fewer rows than this,
 #: so that no centroid is close to a single raw row.
@@ -137,9 +137,31 @@ def global_moments(federation):
 
 
 # ---------------------------------------------------------------------- rows with missing values
-def nan_mean(federation, observed=None) -> np.ndarray:
-    """Mean of the observed values of each column from the clients' sums and counts, shape (d,)."""
-    return observed_means(federation.X, observed)
+def shared_cells(federation) -> np.ndarray:
+    """The federation's rows as its clients share them in the start's moments, shape (n, d):
+    NaN also at the cells of a column that the cell's client observes in fewer than
+    :data:`._pair_moments.MIN_OBSERVED_ROWS` rows (:func:`._pair_moments.withhold_rare_cells`).
+
+    Raises
+    ------
+    ValueError
+        If a column is observed, but by no client in that many rows.
+    """
+    X = withhold_rare_cells(federation.X, federation.offsets)
+    if X is not federation.X:
+        lost = np.flatnonzero(np.isnan(X).all(axis=0) & ~np.isnan(federation.X).all(axis=0))
+        if lost.size:
+            raise ValueError(
+                f"column(s) {lost.tolist()} are observed in fewer than {MIN_OBSERVED_ROWS} rows of every client "
+                f"that observes them: a client's mean of one value is that value, which never leaves it, so no "
+                f"start can be computed for them. Drop these columns, or group the rows into larger clients.")
+    return X
+
+
+def nan_mean(federation) -> np.ndarray:
+    """Mean of the observed values of each column from the clients' sums and counts, shape (d,);
+    a client's column it observes in one row only is left out (:func:`shared_cells`)."""
+    return observed_means(shared_cells(federation))
 
 
 #: federation -> (its X, nan_moments): round 1 is run once per fit (centring, then init)
@@ -151,8 +173,10 @@ def nan_moments(federation):
 
     Clients send their column sums and counts; the server broadcasts the mean ``c``;
     clients send the pairwise sums ``sum (x_j - c_j)(x_l - c_l)`` and pairwise counts over
-    their rows where both are observed; the server adds them up. Computed once per
-    federation (the public centring and the initialisation both ask for it).
+    their rows where both are observed; the server adds them up. A client leaves out a column
+    it observes in one row only (:func:`shared_cells`), and a pair of columns it observes
+    together in one row only (:func:`._pair_moments.drop_rare_pairs`), as a deployment's nodes
+    do. Computed once per federation (the public centring and the initialisation both ask for it).
 
     Parameters
     ----------
@@ -169,10 +193,12 @@ def nan_moments(federation):
     cached = _NAN_MOMENTS.get(federation)
     if cached is not None and cached[0] is federation.X:
         return cached[1][0].copy(), cached[1][1].copy()
-    mean = nan_mean(federation)
+    X = shared_cells(federation)
+    mean = observed_means(X)
     # each client's sums are over its own rows; the server only needs their total, computed here
-    # over all rows at once (the same numbers)
-    counts, _, products = pair_products(federation.X, mean)
+    # over all rows at once (the same numbers), less the pairs a client observes too rarely
+    counts, _, products = pair_products(X, mean)
+    counts, products = drop_rare_pairs(X, federation.offsets, mean, counts, products)
     result = (mean, pairwise_covariance(products, counts))
     _NAN_MOMENTS[federation] = (federation.X, result)
     return result[0].copy(), result[1].copy()
