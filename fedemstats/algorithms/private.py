@@ -213,11 +213,11 @@ class PrivateFedEM(FedEM):
         state.extra["dp"] = dp
         return state
 
-    def step_on_release(self, state, n_clients, active, pi, sums, release, dp, inclusion) -> dict:
+    def step_on_release(self, state, n_clients, active, pi, sums, release, dp, inclusion, theta) -> dict:
         """The server half of a private round on the release's (Horvitz-Thompson, plain) sums:
         the noise-level floor on the noisy target Ŝ_k + H, then the step and the trust region,
-        all post-processing (they read released values, the public P_k and τ only)."""
-        theta = self.model.t_map(state.s_hat)
+        all post-processing (they read released values, the public P_k and τ only). ``theta`` is
+        T(Ŝ_k), the point the release was made at."""
         geometries = self.round_geometries(theta, state.s_hat, n_clients)
         zeros, tau = np.zeros(active.size), self.noise_std(dp, inclusion)
         previous = self.model.expected_stats(theta)
@@ -274,7 +274,7 @@ class PrivateFedEM(FedEM):
             uplink = active.size * share_bits(model.q)
         else:
             sums, uplink = self._central_sums(state, federation, theta, active, pi, dp, rng, release, inclusion)
-        row = self.step_on_release(state, n, active, pi, sums, release, dp, inclusion)
+        row = self.step_on_release(state, n, active, pi, sums, release, dp, inclusion, theta)
         downlink = self.broadcast.catch_up(state.downlink, active, k)
         ledger.record(state.round, uplink, downlink, active.size)
         history.append(round=state.round, uplink_bits=uplink, downlink_bits=downlink, n_active=int(active.size),

@@ -176,7 +176,7 @@ class PrivateFedEMStrategy:
             total, arrived = np.zeros(self.model.q), np.empty(0, dtype=np.int64)
         pi = pi[np.searchsorted(active, arrived)] if arrived.size < active.size else pi
         sums = sums_from_total(total, release, state.s_hat, arrived.size, n, inclusion)
-        row = algo.step_on_release(state, n, arrived, pi, sums, release, dp, inclusion)
+        row = algo.step_on_release(state, n, arrived, pi, sums, release, dp, inclusion, theta)
         self._log(round=state.round, n_active=int(arrived.size), uplink_bits=arrived.size * share_bits(self.model.q),
                   downlink_bits=active.size * self.model.n_parameters(theta) * FLOAT64_BITS,
                   epsilon=epsilon_spent(dp["sigma"], dp["plan"], state.round + 1), **row)
