@@ -164,7 +164,7 @@ class VRFedEM(Algorithm):
         state.extra = {"s_local": state.extra.pop("mean_field_stats"), "s_prev": state.s_hat.copy(),
                        "inner": 0, "outer": 1, "k_in": k_in, "batch": batch,
                        "loglik": state.extra.pop("mean_field_loglik_clients"),
-                       "refresh_ll": None, "travel": 0.0, "refresh_gains": []}
+                       "refresh_ll": None, "travel": 0.0, "refresh_gains": [], "refresh_drifts": []}
         if not self.full_batches():
             state.control.ceiling = SPIDER_START_CEILING
         return state
@@ -181,13 +181,15 @@ class VRFedEM(Algorithm):
         lossless = self.omega() == 0.0 and self.broadcast.lossless
         return bool(self.compressor.unbiased_noise and (lossless or self.compresses_in_geometry()))
 
-    def refresh_test(self, state, loglik, tol) -> tuple:
+    def refresh_test(self, state, loglik, drift, tol) -> tuple:
         """The convergence test at a full pass (the first round of an outer loop).
 
         ``loglik`` is ℓ(θ_{t,0}) on every row (the refresh, line 20, evaluates them all). The
         outer loop that ended here gained ``loglik`` minus the previous full pass's value over
-        the steps Σ γ t taken since: :func:`.convergence.refresh_converged` tests the last few
-        such gains per unit step. Returns ``(converged, gain per unit step)``.
+        the steps Σ γ t taken since, with its workers' ``drift`` (:meth:`spider_noise`):
+        :func:`.convergence.refresh_converged` tests the last few such gains per unit step,
+        from loops whose drift was at most :data:`SPIDER_NOISE_MAX`. Returns
+        ``(converged, gain per unit step)``.
         """
         ex = state.extra
         previous, travel = ex["refresh_ll"], ex["travel"]
@@ -196,7 +198,9 @@ class VRFedEM(Algorithm):
             return False, np.nan
         gain = (loglik - previous) / travel if travel > 0.0 else np.nan
         ex["refresh_gains"] = (ex["refresh_gains"] + [gain])[-REFRESH_MEMORY:]
-        return tol is not None and refresh_converged(ex["refresh_gains"], tol), gain
+        ex["refresh_drifts"] = (ex["refresh_drifts"] + [drift])[-REFRESH_MEMORY:]
+        return tol is not None and refresh_converged(ex["refresh_gains"], tol, ex["refresh_drifts"],
+                                                     SPIDER_NOISE_MAX), gain
 
     # ------------------------------------------------------------------ one round
     def start_outer_loop(self, state, federation, coords) -> tuple:
@@ -269,8 +273,8 @@ class VRFedEM(Algorithm):
         if not self.full_batches():
             # mini-batch log-likelihoods carry sampling noise: only the full passes are tested
             tested = tol if self.tests_convergence() else None
-            row["converged"], row["gain"] = self.refresh_test(state, row["loglik"], tested) if full_pass \
-                else (False, np.nan)
+            row["converged"], row["gain"] = self.refresh_test(state, row["loglik"], noise_ratio, tested) \
+                if full_pass else (False, np.nan)
             ex["travel"] += row["step_size"] * row["step_fraction"]
         uplink = self.compressor.bits(message) + n * FLOAT64_BITS + drift_bits
         downlink = self.broadcast.catch_up(state.downlink, everyone, state.round - 1)
