@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from ..federation import MIN_CLIENT_ROWS
-from ._patterns import rows_per_chunk
+from ._patterns import rows_per_chunk, segment_owner
 
 __all__ = ["PAIR_MOMENT_NAMES", "MIN_OBSERVED_ROWS", "observed_means", "withhold_rare_cells", "too_few",
            "drop_rare_pairs", "pair_products", "pairwise_covariance", "client_pair_moments", "combine_pair_moments"]
@@ -42,9 +42,9 @@ def observed_means(X, observed=None) -> np.ndarray:
     return np.where(observed, X, 0.0).sum(axis=0) / np.maximum(observed.sum(axis=0), 1.0)
 
 
-def withhold_rare_cells(X, offsets=None) -> np.ndarray:
+def withhold_rare_cells(X, offsets=None):
     """``X`` with NaN at the cells of every column that the cell's client observes in fewer
-    than :data:`MIN_OBSERVED_ROWS` of its rows (``X`` itself when there is none).
+    than :data:`MIN_OBSERVED_ROWS` of its rows.
 
     Parameters
     ----------
@@ -55,19 +55,20 @@ def withhold_rare_cells(X, offsets=None) -> np.ndarray:
 
     Returns
     -------
-    ndarray of shape (n, d)
+    X : ndarray of shape (n, d)
+        ``X`` itself when no cell is withheld.
+    counts : ndarray of int of shape (n_clients, d)
+        Each client's values per column in it.
     """
-    observed = ~np.isnan(X)
-    if observed.all():
-        return X
     offsets = np.array([0, X.shape[0]]) if offsets is None else np.asarray(offsets)
-    rare = too_few(_column_counts(observed, offsets))
+    observed = ~np.isnan(X)
+    counts = _column_counts(observed, offsets)
+    rare = too_few(counts)
     if not rare.any():
-        return X
-    owner = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        return X, counts
     withheld = X.copy()
-    withheld[rare[owner] & observed] = np.nan
-    return withheld
+    withheld[rare[segment_owner(offsets)] & observed] = np.nan
+    return withheld, np.where(rare, 0, counts)
 
 
 def _column_counts(observed, offsets) -> np.ndarray:
@@ -81,7 +82,7 @@ def too_few(counts) -> np.ndarray:
     return (counts > 0) & (counts < MIN_OBSERVED_ROWS)
 
 
-def drop_rare_pairs(X, offsets, centre, counts, products):
+def drop_rare_pairs(X, offsets, seen, centre, counts, products):
     """Pooled pair sums (:func:`pair_products` of all clients' rows about ``centre``) less every
     client's pairs it observes together in too few rows (:func:`too_few`; what
     :func:`client_pair_moments` leaves out on a node).
@@ -91,6 +92,8 @@ def drop_rare_pairs(X, offsets, centre, counts, products):
     X : ndarray of shape (n, d)
         NaN where missing, after :func:`withhold_rare_cells`.
     offsets : ndarray of int of shape (n_clients + 1,)
+    seen : ndarray of int of shape (n_clients, d)
+        Each client's values per column in ``X`` (:func:`withhold_rare_cells`).
     centre : ndarray of shape (d,)
     counts, products : ndarray of shape (d, d)
 
@@ -104,7 +107,6 @@ def drop_rare_pairs(X, offsets, centre, counts, products):
         return counts, products
     # columns seen in c_j and c_l of m rows are seen together in at least c_j + c_l - m: only
     # clients whose two least-seen columns allow fewer than MIN_OBSERVED_ROWS are checked
-    seen = _column_counts(~np.isnan(X), offsets)
     seen = np.sort(np.where(seen > 0, seen, np.inf), axis=1)
     suspects = np.flatnonzero(seen[:, 0] + seen[:, 1] - np.diff(offsets) < MIN_OBSERVED_ROWS)
     if not suspects.size:
@@ -124,15 +126,15 @@ def _rare_pair_sums(X, offsets, clients, centre, min_rows, counts_out, products_
     pass: the clients are often many and tiny). ``X`` has been through :func:`withhold_rare_cells`,
     so no column's count with itself is in that range."""
     d = X.shape[1]
-    pair, rare, seen = np.empty((d, d)), np.empty((d, d), dtype=np.bool_), np.empty(d, dtype=np.int64)
+    pair, rare, cols = np.empty((d, d)), np.empty((d, d), dtype=np.bool_), np.empty(d, dtype=np.int64)
     for c in clients:
         a, b = offsets[c], offsets[c + 1]
         pair[:, :] = 0.0
         for r in range(a, b):  # the upper triangle (j < l): a column's own count is >= min_rows
-            k = _observed_columns(X, r, seen)
+            k = _observed_columns(X, r, cols)
             for p in range(k):
                 for q in range(p + 1, k):
-                    pair[seen[p], seen[q]] += 1.0
+                    pair[cols[p], cols[q]] += 1.0
         found = False
         for j in range(d):
             for l in range(j + 1, d):
@@ -141,12 +143,12 @@ def _rare_pair_sums(X, offsets, clients, centre, min_rows, counts_out, products_
         if not found:
             continue
         for r in range(a, b):
-            k = _observed_columns(X, r, seen)
+            k = _observed_columns(X, r, cols)
             for p in range(k):
-                j = seen[p]
+                j = cols[p]
                 zj = X[r, j] - centre[j]
                 for q in range(p + 1, k):
-                    l = seen[q]
+                    l = cols[q]
                     if rare[j, l]:
                         value = zj * (X[r, l] - centre[l])
                         products_out[j, l] += value
@@ -234,7 +236,7 @@ def client_pair_moments(X) -> dict:
         Columns observed in fewer than :data:`MIN_OBSERVED_ROWS` rows count as unobserved, and
         pairs observed together in fewer have zero counts and sums.
     """
-    X = withhold_rare_cells(np.asarray(X, dtype=np.float64))
+    X, _ = withhold_rare_cells(np.asarray(X, dtype=np.float64))
     mean = observed_means(X)
     counts, sums, products = pair_products(X, mean, with_sums=True)
     rare = too_few(counts)

@@ -137,31 +137,37 @@ def global_moments(federation):
 
 
 # ---------------------------------------------------------------------- rows with missing values
-def shared_cells(federation) -> np.ndarray:
-    """The federation's rows as its clients share them in the start's moments, shape (n, d):
-    NaN also at the cells of a column that the cell's client observes in fewer than
+def shared_cells(federation):
+    """The federation's rows as its clients share them in the start's moments: NaN also at
+    the cells of a column that the cell's client observes in fewer than
     :data:`._pair_moments.MIN_OBSERVED_ROWS` rows (:func:`._pair_moments.withhold_rare_cells`).
+
+    Returns
+    -------
+    X : ndarray of shape (n, d)
+    counts : ndarray of int of shape (n_clients, d)
+        Each client's shared values per column.
 
     Raises
     ------
     ValueError
         If a column is observed, but by no client in that many rows.
     """
-    X = withhold_rare_cells(federation.X, federation.offsets)
+    X, counts = withhold_rare_cells(federation.X, federation.offsets)
     if X is not federation.X:
-        lost = np.flatnonzero(np.isnan(X).all(axis=0) & ~np.isnan(federation.X).all(axis=0))
+        lost = np.flatnonzero((counts.sum(axis=0) == 0) & ~np.isnan(federation.X).all(axis=0))
         if lost.size:
             raise ValueError(
                 f"column(s) {lost.tolist()} are observed in fewer than {MIN_OBSERVED_ROWS} rows of every client "
                 f"that observes them: a client's mean of one value is that value, which never leaves it, so no "
                 f"start can be computed for them. Drop these columns, or group the rows into larger clients.")
-    return X
+    return X, counts
 
 
 def nan_mean(federation) -> np.ndarray:
     """Mean of the observed values of each column from the clients' sums and counts, shape (d,);
     a client's column it observes in one row only is left out (:func:`shared_cells`)."""
-    return observed_means(shared_cells(federation))
+    return observed_means(shared_cells(federation)[0])
 
 
 #: federation -> (its X, nan_moments): round 1 is run once per fit (centring, then init)
@@ -193,12 +199,12 @@ def nan_moments(federation):
     cached = _NAN_MOMENTS.get(federation)
     if cached is not None and cached[0] is federation.X:
         return cached[1][0].copy(), cached[1][1].copy()
-    X = shared_cells(federation)
+    X, seen = shared_cells(federation)
     mean = observed_means(X)
     # each client's sums are over its own rows; the server only needs their total, computed here
     # over all rows at once (the same numbers), less the pairs a client observes too rarely
     counts, _, products = pair_products(X, mean)
-    counts, products = drop_rare_pairs(X, federation.offsets, mean, counts, products)
+    counts, products = drop_rare_pairs(X, federation.offsets, seen, mean, counts, products)
     result = (mean, pairwise_covariance(products, counts))
     _NAN_MOMENTS[federation] = (federation.X, result)
     return result[0].copy(), result[1].copy()
