@@ -142,7 +142,7 @@ def test_a_value_its_client_alone_observes_in_its_column_never_leaves_it(value):
     got = nan_moments(Federation.from_clients(parts, allow_nan=True))
     want = nan_moments(Federation.from_clients(without, allow_nan=True))
     np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(got[1], want[1])
     # a value observed twice is shared: the mean moves with it
     parts[0][1, 2] = 0.5
     assert nan_moments(Federation.from_clients(parts, allow_nan=True))[0][2] != want[0][2]

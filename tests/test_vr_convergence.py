@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_wine
+from sklearn.datasets import load_diabetes, load_wine
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
@@ -58,6 +58,13 @@ def wine():
     return X, np.random.default_rng(1).integers(0, 10, X.shape[0])
 
 
+@pytest.fixture(scope="module")
+def diabetes():
+    """Standardised diabetes (s1 and s2 correlate at 0.90) on 10 random clients."""
+    X = StandardScaler().fit_transform(load_diabetes().data)
+    return X, np.random.default_rng(1).integers(0, 10, X.shape[0])
+
+
 def _fit(X, groups, **kw):
     return FederatedGaussianMixture(3, random_state=0, **kw).fit(X, groups=groups)
 
@@ -86,14 +93,12 @@ def test_vr_fedem_at_its_defaults_says_converged_at_exact_ems_optimum(wine):
     assert abs(h["gain"].iloc[b]) < BOUND
 
 
-def test_auto_reaches_exact_em_on_a_correlated_table_without_decaying():
+def test_auto_reaches_exact_em_on_a_correlated_table_without_decaying(diabetes):
     """Standardised diabetes (s1 and s2 correlate at 0.90), full covariances, 10 clients: with the
     mini-batch runs' k^-0.6 decay VR-FedEM converged after 401 M-steps (1.1e-4 nats per row short);
     with the ceiling set from the measured drift, after 205 (3.0e-4 above exact EM); since the
     convergence test counts only loops of small drift, after 233 (7.9e-4 above)."""
-    from sklearn.datasets import load_diabetes
-    X = StandardScaler().fit_transform(load_diabetes().data)
-    groups = np.random.default_rng(1).integers(0, 10, X.shape[0])
+    X, groups = diabetes
     exact = _fit(X, groups)
     vr = _fit(X, groups, algorithm="vr-fedem", compressor="dither:s=4")
     assert vr.converged_ and vr.n_iter_ < 300
@@ -101,15 +106,13 @@ def test_auto_reaches_exact_em_on_a_correlated_table_without_decaying():
     assert np.nanmin(vr.history_["spider_noise"]) > 0.0  # measured at every refresh
 
 
-def test_loops_dominated_by_drift_do_not_fake_convergence():
+def test_loops_dominated_by_drift_do_not_fake_convergence(diabetes):
     """Standardised diabetes, full covariances, ``batch_size=8``: the last two outer loops gained
     little per unit step (4.4e-4, 4.2e-4 < ½ tol) because their workers' drift took 0.34 and 0.80
     of the direction, and the fit said ``converged_`` 0.106 nats per row short of exact EM. Only
     loops whose drift stayed within SPIDER_NOISE_MAX count now: measured, converged after 247
     M-steps, 8.9e-4 nats per row above exact EM."""
-    from sklearn.datasets import load_diabetes
-    X = StandardScaler().fit_transform(load_diabetes().data)
-    groups = np.random.default_rng(1).integers(0, 10, X.shape[0])
+    X, groups = diabetes
     exact = _fit(X, groups, covariance_type="full")
     vr = _fit(X, groups, covariance_type="full", algorithm="vr-fedem", compressor="dither:s=4", batch_size=8)
     assert vr.converged_

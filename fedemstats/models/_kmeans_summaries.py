@@ -102,7 +102,7 @@ def init_kmeans_summaries(federation, n_components, rng=None, min_rows=SUMMARY_M
     centres, counts, used, rows, labels = local_kmeans_all(federation.X, federation.offsets, ks, rng,
                                                            LOCAL_LLOYD_ITER, LOCAL_KMEANS_MAX_ROWS)
     if filled is not None:
-        centres = observed_centroids(centres, federation.offsets, rows, labels, federation.X, *filled)
+        centres = observed_centroids(centres.shape, federation.offsets, rows, labels, federation.X, *filled)
     keep = counts >= min_rows  # (n_clients, max k); unused slots have count 0
     # weights: the client's rows a centroid stands for (counts of a sample scaled up)
     weights = counts * (federation.sizes / used)[:, None]
@@ -130,7 +130,7 @@ def _thread_pools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def observed_centroids(centres, offsets, rows, labels, X, observed, fill):
+def observed_centroids(shape, offsets, rows, labels, X, observed, fill):
     """Centroids of filled rows as the means of their observed values: where a centroid's column
     holds fewer than :data:`._pair_moments.MIN_OBSERVED_ROWS` of them, the public ``fill``.
 
@@ -139,8 +139,8 @@ def observed_centroids(centres, offsets, rows, labels, X, observed, fill):
 
     Parameters
     ----------
-    centres : ndarray of shape (n_clients, K, d)
-        The local k-means' centroids (:func:`._local_kmeans.local_kmeans_all`; only the shape is read).
+    shape : tuple (n_clients, K, d)
+        Of the local k-means' centroids (:func:`._local_kmeans.local_kmeans_all`).
     offsets : ndarray of int of shape (n_clients + 1,)
     rows, labels : ndarray of int of shape (n_used,)
         The rows the clients' k-means ran on, and their centroids (-1: none).
@@ -151,16 +151,17 @@ def observed_centroids(centres, offsets, rows, labels, X, observed, fill):
 
     Returns
     -------
-    ndarray of shape (n_clients, K, d)
+    ndarray of shape ``shape``
     """
-    n_clients, K, d = centres.shape
-    assigned = labels >= 0
-    key = (np.searchsorted(offsets, rows[assigned], side="right") - 1) * K + labels[assigned]
-    seen = observed[rows[assigned]]
-    values = np.where(seen, X[rows[assigned]], 0.0)
-    counts = np.stack([np.bincount(key, weights=seen[:, j], minlength=n_clients * K) for j in range(d)], axis=1)
-    sums = np.stack([np.bincount(key, weights=values[:, j], minlength=n_clients * K) for j in range(d)], axis=1)
-    counts, sums = counts.reshape(centres.shape), sums.reshape(centres.shape)
+    n_clients, K, d = shape
+    assigned = rows[labels >= 0]
+    centroid = (np.searchsorted(offsets, assigned, side="right") - 1) * K + labels[labels >= 0]
+    # one bincount per quantity over (centroid, column) cells
+    cells = (centroid[:, None] * d + np.arange(d)).ravel()
+    seen = observed[assigned]
+    counts = np.bincount(cells, weights=seen.ravel(), minlength=n_clients * K * d).reshape(shape)
+    sums = np.bincount(cells, weights=np.where(seen, X[assigned], 0.0).ravel(),
+                       minlength=n_clients * K * d).reshape(shape)
     shared = (counts > 0) & ~too_few(counts)
     return np.where(shared, sums / np.maximum(counts, 1.0), fill)
 
