@@ -110,9 +110,11 @@ def canonical(name, model, s_hat):
         return model.layout.pack({"sum_x": np.zeros(d), "sum_xx": np.eye(d)})
     p = model.layout.unpack(s_hat)
     s0 = p["resp"]
-    if name.startswith("poisson"):  # scaled by the standard deviations sqrt(λ_kj)
-        rates = model.t_map(s_hat).rates
-        return model.layout.pack({"resp": s0, "sum_y": s0[:, None] * np.sqrt(rates)})
+    if name.startswith("poisson"):  # scaled by the standard deviations sqrt(λ_kj), floored per column
+        from fedemstats.models.poisson_geometry import SCALE_FLOOR_FRACTION
+        theta = model.t_map(s_hat)
+        scale = np.sqrt(np.maximum(theta.rates, SCALE_FLOOR_FRACTION * (theta.weights @ theta.rates)))
+        return model.layout.pack({"resp": s0, "sum_y": s0[:, None] * theta.rates / scale})
     d, ct = model.n_features, model.covariance_type
     second = {"full": s0[:, None, None] * np.eye(d), "tied": s0.sum() * np.eye(d),
               "diag": s0[:, None] * np.ones(d), "spherical": s0 * d}[ct]

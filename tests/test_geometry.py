@@ -299,6 +299,29 @@ def test_poisson_projection_stops_only_the_rates_that_leave_the_region():
     assert np.array_equal(G.project_step(s_hat, zero), zero)
 
 
+@pytest.mark.parametrize("name", ["poisson", "poisson-missing"])
+def test_poisson_scale_of_a_rate_far_below_its_column_is_floored(name):
+    """A rate at the T-map's floor (a species a k-means cluster never saw) is scaled by
+    sqrt(SCALE_FLOOR_FRACTION x its column's mean rate), not by 1/sqrt(1e-8) = 1e4, which made
+    its coordinate nearly all of its block's norm; rates above the floor keep sqrt(λ_kj)."""
+    from fedemstats.models.poisson_geometry import SCALE_FLOOR_FRACTION
+    from fedemstats.models.poisson_mixture import RATE_FLOOR
+
+    model, fed, theta, s_hat = make_case(name)
+    rates = theta.rates.copy()
+    rates[1, 2] = RATE_FLOOR
+    theta = type(theta)(theta.weights, rates)
+    G = model.geometry(theta, s_hat)
+    column_mean = theta.weights @ rates
+    unit = np.eye(model.q)[model.layout.offsets[1]:]                   # one row per S1_kj
+    scale = 1.0 / G.forward(unit)[np.arange(unit.shape[0]), model.layout.offsets[1] + np.arange(unit.shape[0])]
+    floored = rates < SCALE_FLOOR_FRACTION * column_mean
+    assert floored[1, 2] and floored.sum() < floored.size // 4       # the case's other rates are mostly above
+    expected = np.where(floored, np.sqrt(SCALE_FLOOR_FRACTION * column_mean), np.sqrt(rates))
+    np.testing.assert_allclose(scale, expected.ravel(), rtol=1e-12)
+    np.testing.assert_allclose(G.inverse(G.forward(unit)), unit, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", [n for n in CASES if not n.startswith("poisson")])
 def test_other_geometries_do_not_project(name):
     model, fed, theta, s_hat = make_case(name)
