@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_real_data import machine_note  # noqa: E402
-from fedemstats.datasets import lagged_years, load_portal_rodents  # noqa: E402
+from fedemstats.datasets import hide_cells, lagged_years, load_portal_rodents  # noqa: E402
 from fedemstats.estimators import FederatedImputer  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "counts.md"
@@ -55,17 +55,13 @@ def hide(Y, rng, fraction=MCAR):
 
 
 def portal_lagged():
-    """The notebook's task: 5 % of plot-years hidden whole, then 20 % of the other cells; the
-    fitted columns append each plot's previous- and next-year counts."""
+    """The notebook's task (:func:`fedemstats.datasets.hide_cells`, seed 0): 5 % of plot-years
+    hidden whole, then 20 % of the other cells; the fitted columns append each plot's previous-
+    and next-year counts."""
     portal = load_portal_rodents(min_captures=500)
     Y, plots, years = portal.data.to_numpy(), portal.groups.to_numpy(), portal.year.to_numpy()
-    rng = np.random.default_rng(0)
-    observed = ~np.isnan(Y)
-    rows = rng.choice(np.flatnonzero(observed.any(axis=1)), int(0.05 * len(Y)), replace=False)
-    hidden = np.zeros_like(observed)
-    hidden[rows] = observed[rows]
-    hidden |= observed & ~hidden & (rng.random(Y.shape) < MCAR)
-    X = lagged_years(np.where(hidden, np.nan, Y), plots, years).to_numpy()
+    Y_hidden, hidden = hide_cells(Y, 0, cell_fraction=MCAR)
+    X = lagged_years(Y_hidden, plots, years).to_numpy()
     truth = np.hstack([Y, np.full((len(Y), X.shape[1] - Y.shape[1]), np.nan)])
     mask = np.hstack([hidden, np.zeros((len(Y), X.shape[1] - Y.shape[1]), dtype=bool)])
     return X, truth, mask, {"plots": plots}

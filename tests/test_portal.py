@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from sklearn.impute import SimpleImputer
 
-from fedemstats.datasets import lagged_years, load_portal_rodents
+from fedemstats.datasets import hide_cells, lagged_years, load_portal_rodents
 from fedemstats.estimators import FederatedImputer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +30,20 @@ def test_loader_shape_missingness_and_provenance():
     assert list(portal.groups.unique()) == list(range(1, 25))
     arrays = load_portal_rodents(as_frame=False, min_captures=500)
     assert isinstance(arrays.data, np.ndarray) and arrays.data.shape == (624, 12)
+
+
+def test_hide_cells_hides_whole_plot_years_and_observed_cells_reproducibly():
+    Y = load_portal_rodents(as_frame=False, min_captures=500).data
+    Ym, hidden = hide_cells(Y, 3)
+    assert not (hidden & np.isnan(Y)).any() and np.array_equal(np.isnan(Ym), np.isnan(Y) | hidden)
+    whole = hidden.all(axis=1) & ~np.isnan(Y).any(axis=1)
+    assert whole.sum() >= int(0.05 * len(Y))                    # the plot-years hidden whole
+    share = hidden[~whole].sum() / (~np.isnan(Y[~whole])).sum()
+    assert abs(share - 0.2) < 0.02                              # about 7,000 cells: 0.2 +- 4 standard errors
+    _, same = hide_cells(Y, np.random.default_rng(3))
+    assert np.array_equal(same, hidden) and not np.array_equal(hide_cells(Y, 4)[1], hidden)
+    with pytest.raises(ValueError, match="cell_fraction must be in"):
+        hide_cells(Y, 0, cell_fraction=1.5)
 
 
 def test_lagged_years_takes_the_same_plots_neighbouring_years():
@@ -54,21 +68,10 @@ def test_derivation_script_reproduces_the_shipped_table():
                                   check_dtype=False)
 
 
-def hide_cells(Y, seed, cell_fraction=0.2, row_fraction=0.05):
-    """Hide whole plot-years and a fraction of the remaining observed cells."""
-    rng = np.random.default_rng(seed)
-    obs = ~np.isnan(Y)
-    rows = rng.choice(np.flatnonzero(obs.any(1)), int(row_fraction * obs.shape[0]), replace=False)
-    hidden = np.zeros_like(obs)
-    hidden[rows] = obs[rows]
-    hidden |= obs & ~hidden & (rng.random(Y.shape) < cell_fraction)
-    return np.where(hidden, np.nan, Y), hidden
-
-
 def test_portal_imputation_acceptance():
     portal = load_portal_rodents(min_captures=500)
     Y, plots = portal.data.to_numpy(), portal.groups.to_numpy()
-    Ym, hidden = hide_cells(Y, seed=0)
+    Ym, hidden = hide_cells(Y, 0)
     Z = lagged_years(np.log1p(Ym), plots, portal.year).to_numpy()
     fit = ~np.isnan(Z).all(axis=1)  # fully hidden rows with no neighbour: imputed, not fitted
 
@@ -97,7 +100,7 @@ def test_compressed_poisson_mixture_reaches_exact_em_from_a_start_with_absent_sp
     scale floored at a tenth of the column's mean rate (docs/geometry.md) it reaches exact EM."""
     portal = load_portal_rodents(min_captures=500)
     Y, plots = portal.data.to_numpy(), portal.groups.to_numpy()
-    Ym, _ = hide_cells(Y, seed=0)
+    Ym, _ = hide_cells(Y, 0)
     C = lagged_years(Ym, plots, portal.year).to_numpy()
     fit = ~np.isnan(C).all(axis=1)
     exact = FederatedImputer("poisson", n_components=6, random_state=2).fit(C[fit], groups=plots[fit])

@@ -68,7 +68,7 @@ def window_converged(trail, tol) -> bool:
     return False
 
 
-def refresh_converged(gains, tol, drifts=None, drift_max=None) -> bool:
+def refresh_converged(gains, tol, drifts, drift_max) -> bool:
     """VR-FedEM's convergence test, on its outer loops (``docs/fedem.md``, "Convergence").
 
     Parameters
@@ -78,10 +78,10 @@ def refresh_converged(gains, tol, drifts=None, drift_max=None) -> bool:
         bound it (every worker refreshes on all its rows, paper 003 Algorithm 2 line 20),
         divided by the steps Σ γ t taken in between; NaN when nothing moved.
     tol : float
-    drifts : sequence of float, optional
+    drifts : sequence of float
         Per outer loop (aligned with ``gains``), the share of the step's direction its
-        workers' drift took (:meth:`.vr_fedem.VRFedEM.spider_noise`), with ...
-    drift_max : float, optional
+        workers' drift took (:meth:`.vr_fedem.VRFedEM.spider_noise`; NaN: not measured), with ...
+    drift_max : float
         ... the most a loop may have for its gain to count.
 
     Returns
@@ -90,7 +90,7 @@ def refresh_converged(gains, tol, drifts=None, drift_max=None) -> bool:
         Whether each of the last :data:`REFRESH_PATIENCE` loops gained less than
         b = STOCHASTIC_TOL_FRACTION · ``tol`` per unit step, in absolute value (a loop
         whose log-likelihood fell by more is not steady either), with a drift of at most
-        ``drift_max`` when given.
+        ``drift_max``.
 
     Notes
     -----
@@ -105,8 +105,7 @@ def refresh_converged(gains, tol, drifts=None, drift_max=None) -> bool:
     recent = np.asarray(gains[-REFRESH_PATIENCE:], dtype=float)
     if recent.size < REFRESH_PATIENCE or not np.all(np.isfinite(recent)):
         return False
-    if drifts is not None:
-        noisy = np.asarray(drifts[-REFRESH_PATIENCE:], dtype=float)
-        if noisy.size < REFRESH_PATIENCE or not np.all(noisy <= drift_max):  # NaN: not measured
-            return False
+    noisy = np.asarray(drifts[-REFRESH_PATIENCE:], dtype=float)
+    if noisy.size < REFRESH_PATIENCE or not np.all(noisy <= drift_max):  # NaN: not measured
+        return False
     return bool(np.all(np.abs(recent) < STOCHASTIC_TOL_FRACTION * tol))

@@ -1,4 +1,4 @@
 """Loaders of data shipped with the package (SPEC §10)."""
-from .portal import lagged_years, load_portal_rodents
+from .portal import hide_cells, lagged_years, load_portal_rodents
 
-__all__ = ["load_portal_rodents", "lagged_years"]
+__all__ = ["load_portal_rodents", "lagged_years", "hide_cells"]

@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
-__all__ = ["load_portal_rodents", "lagged_years", "PORTAL_FILE"]
+from .._validation import check_rng
+
+__all__ = ["load_portal_rodents", "lagged_years", "hide_cells", "PORTAL_FILE"]
 
 PORTAL_FILE = "portal_rodents.csv.gz"
 #: Columns of the shipped table that describe a plot-year rather than a species.
@@ -130,3 +132,35 @@ def lagged_years(data, groups, year, shifts=(1, -1)):
         part = indexed.reindex(shifted).reset_index(drop=True)
         parts.append(part.add_suffix(f"_t{-s:+d}"))
     return pd.concat(parts, axis=1)
+
+
+def hide_cells(Y, random_state=None, cell_fraction=0.2, row_fraction=0.05):
+    """Hide survey cells for an imputation task: whole plot-years, then a share of the rest.
+
+    Parameters
+    ----------
+    Y : ndarray of shape (n, d)
+        Counts; NaN where nothing was recorded (never hidden, never scored).
+    random_state : None, int or numpy.random.Generator
+    cell_fraction : float, default=0.2
+        Share of the remaining observed cells hidden at random.
+    row_fraction : float, default=0.05
+        Share of the rows (among those with a value) hidden whole: a plot-year never surveyed.
+
+    Returns
+    -------
+    Y_hidden : ndarray of shape (n, d)
+        ``Y`` with NaN at the hidden cells.
+    hidden : ndarray of bool of shape (n, d)
+        The hidden cells (observed in ``Y``).
+    """
+    for name, value in (("cell_fraction", cell_fraction), ("row_fraction", row_fraction)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1]; got {value!r}.")
+    rng = check_rng(random_state)
+    observed = ~np.isnan(Y)
+    rows = rng.choice(np.flatnonzero(observed.any(axis=1)), int(row_fraction * len(Y)), replace=False)
+    hidden = np.zeros_like(observed)
+    hidden[rows] = observed[rows]
+    hidden |= observed & ~hidden & (rng.random(Y.shape) < cell_fraction)
+    return np.where(hidden, np.nan, Y), hidden

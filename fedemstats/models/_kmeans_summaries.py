@@ -17,6 +17,7 @@ from .._validation import check_int, check_rng
 from ..federation import Federation
 from ._local_kmeans import local_kmeans_all, systematic_rows
 from ._pair_moments import too_few
+from ._patterns import segment_owner
 from ._summaries import SUMMARY_MIN_ROWS, TooFewSummariesError
 
 __all__ = ["LOCAL_LLOYD_ITER", "LOCAL_KMEANS_MAX_ROWS", "SERVER_N_INIT", "client_row_sample",
@@ -155,7 +156,7 @@ def observed_centroids(shape, offsets, rows, labels, X, observed, fill):
     """
     n_clients, K, d = shape
     assigned = rows[labels >= 0]
-    centroid = (np.searchsorted(offsets, assigned, side="right") - 1) * K + labels[labels >= 0]
+    centroid = segment_owner(offsets)[assigned] * K + labels[labels >= 0]
     # one bincount per quantity over (centroid, column) cells
     cells = (centroid[:, None] * d + np.arange(d)).ravel()
     seen = observed[assigned]

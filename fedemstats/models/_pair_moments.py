@@ -36,9 +36,9 @@ MIN_OBSERVED_ROWS = MIN_CLIENT_ROWS
 PAIR_MOMENT_NAMES = ("mean", "pair_counts", "pair_sums", "scatter")
 
 
-def observed_means(X, observed=None) -> np.ndarray:
+def observed_means(X) -> np.ndarray:
     """Mean of the observed values of each column of ``X`` (n, d), shape (d,); 0 where none."""
-    observed = ~np.isnan(X) if observed is None else observed
+    observed = ~np.isnan(X)
     return np.where(observed, X, 0.0).sum(axis=0) / np.maximum(observed.sum(axis=0), 1.0)
 
 

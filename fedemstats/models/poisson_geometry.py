@@ -72,7 +72,8 @@ class PoissonGeometry(Geometry):
         log_fallback("Poisson geometry", "rates (k, j)", self.fallback)
         self.rates = np.where(self.fallback, 1.0, rates)
         column_means = np.where(self.unchecked, 0.0, theta.weights) @ np.where(self.fallback, 0.0, rates)
-        self._sd = np.sqrt(np.where(self.fallback, 1.0, np.maximum(self.rates, SCALE_FLOOR_FRACTION * column_means)))
+        floor = np.where(self.fallback, 0.0, SCALE_FLOOR_FRACTION * column_means)  # a fallback rate keeps 1
+        self._sd = np.sqrt(np.maximum(self.rates, floor))
         self.rate_checked = ~self.fallback & (parts["sum_y"] / self.s0[:, None] > rate_floor)
         self.layout = model.layout
         self.blocks = split_blocks(model.layout, {"sum_y": model.n_components})
