@@ -13,6 +13,7 @@ pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip in
 
 from fedemstats.algorithms.fine_start import FINE_START_ROUNDS  # noqa: E402
 from fedemstats.compression import make_compressor  # noqa: E402
+from fedemstats.compression.short_floats import short_float_bits  # noqa: E402
 from fedemstats.estimators.mixture import FederatedGaussianMixture  # noqa: E402
 from fedemstats.flower import FedEMSettings, FedEMStrategy, GMMProblem, make_client_app  # noqa: E402
 from fedemstats.flower.records import (compressed_from_record, compressed_to_record,  # noqa: E402
@@ -130,6 +131,12 @@ def test_flower_logs_the_in_process_ledger_from_round_0_and_sends_theta0_once(da
     if compressor == "dither:s=4":
         carries_theta = [c for c in starts if "params" in c or "theta" in from_array_record(c["arrays"])]
         assert len(starts) == 2 * N_PARTS and carries_theta == [c for c in starts if c["config"]["start"] == "upload"]
+        # θ_0's short floats travel packed: their bytes are the ledger's bits rounded up
+        d = parts[0].shape[1]
+        q = GMMProblem(2).build_model(d, np.zeros(d)).q
+        for c in carries_theta:
+            bits = c["config"]["theta_mantissa"]
+            assert from_array_record(c["arrays"])["theta"].nbytes == -(-short_float_bits(q, bits) // 8)
         code_bits = rows[0]["uplink_bits"] - 2 * N_PARTS * 64
         assert 0 <= 8 * rows[0]["payload_bytes"] - code_bits < 8 * 2 * N_PARTS
     else:

@@ -20,19 +20,19 @@
   compressor as fine as the start's or finer (``dither:s=1024`` and up) starts in float64:
   the start's error is then the largest of the run (with it, FedEM at 2**24 levels stayed
   7.9e-5 nats per row off exact EM's path on the median real-data row; without, 3.7e-9).
-* **θ_0 in float32** (the quantised start only): θ_0 travels as its own statistics a_0 =
-  E_θ0[s] rounded to float32, q × 32 bits per client instead of θ_0's n_parameters × 64 (q is
-  at most 1.5 n_parameters: factor analysis), and everyone, server included, starts from
-  θ̃_0 = T(a_0 as sent) (T(E_θ[s]) = θ to 1e-16). Rounded in raw coordinates, a covariance
-  S2/r − m mᵀ cancels, so the server measures the rounding in the model's geometry at θ_0 and
-  sends θ_0 in float64 when it is above :data:`START_THETA_TOLERANCE`. On the 64 real rows
-  of ``bench_real_data`` the rounding is at most 9.4e-5 there on 57 rows (the log-likelihood
-  at θ̃_0 then moves by at most 2.6e-5 nats per row); 1.1e-3 to 1.2e-2 on Boston's mixtures
-  and Portal's heterogeneous ones (moves of 7e-4 to 7.5e-3 nats per row) and 1.4e-4 on breast
-  cancer's heterogeneous full one keep float64.
-  On the rows exact EM finishes in 1–4 rounds θ_0's float64 broadcast was half of FedEM's
-  round 0 (``bench_bits``). Exact EM and the float64 starts send θ_0 itself: scikit-learn
-  parity and the continuity test start from θ_0 exactly.
+* **θ_0 in short floats** (the quantised start only): θ_0 travels as its own statistics a_0 =
+  E_θ0[s] rounded to floats of float32's sign and exponent and the fewest mantissa bits k
+  (:mod:`fedemstats.compression.short_floats`) whose rounding moves the start by at most
+  :data:`START_THETA_TOLERANCE` in the model's geometry at θ_0, q × (9 + k) bits per client instead
+  of θ_0's n_parameters × 64 (q is at most 1.5 n_parameters: factor analysis); everyone, server
+  included, starts from θ̃_0 = T(a_0 as sent) (T(E_θ[s]) = θ to 1e-16). Rounded in raw coordinates,
+  a covariance S2/r − m mᵀ cancels, so the check is in the geometry; when no k up to float32's 23
+  passes, θ_0 goes in float64. On the 64 real rows of ``bench_real_data`` k is 9 to 18 on 57 rows
+  (Portal's imputer 12 to 13, against 23 in float32: its round 0 was 0.26 of exact EM's total bits
+  on a row exact EM finishes in one round); Boston's mixtures, Portal's heterogeneous ones and
+  breast cancer's heterogeneous full one keep float64 (their float32 rounding moved the
+  log-likelihood at θ̃_0 by 7e-4 to 7.5e-3 nats per row). Exact EM and the float64 starts send θ_0
+  itself: scikit-learn parity and the continuity test start from θ_0 exactly.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ import functools
 import numpy as np
 
 from ..compression import make_compressor
-from ..ledger import FLOAT32_BITS, FLOAT64_BITS
+from ..compression.short_floats import FLOAT32_MANTISSA_BITS, mantissa_bits, round_mantissa, short_float_bits
+from ..ledger import FLOAT64_BITS
 from ..models.base import Model
 from .server import CHUNK_ENTRIES, client_update
 from .state import AlgorithmState, draw_entropy
@@ -59,12 +60,13 @@ ROUND0_LEVELS = 1024
 #: Stream ids of the quantised start's upload at θ_0, broadcast and mean-field upload: the
 #: rounds use 0, 1, 2, ... and a run never reaches the last ids a key holds (``< 2**32``).
 ROUND0_STREAMS = {"upload": 2 ** 32 - 1, "broadcast": 2 ** 32 - 2, "mean-field": 2 ** 32 - 3}
-#: How a quantised start sends θ_0: its statistics E_θ0[s] in this type, FLOAT32_BITS each (module docstring).
+#: The container of a quantised start's θ_0 message: its statistics E_θ0[s] as float32 values that
+#: hold only their short mantissa (module docstring).
 START_THETA_DTYPE = np.float32
-#: Largest rounding of θ_0's float32 statistics, in the model's geometry at θ_0 (max over
+#: Largest rounding of θ_0's short-float statistics, in the model's geometry at θ_0 (max over
 #: coordinates), at which they replace θ_0: a tenth of the quantised start's own resolution.
 START_THETA_TOLERANCE = 0.1 / ROUND0_LEVELS
-#: The byte that tells a client whether θ_0 comes as float32 statistics or in float64.
+#: The byte that tells a client how θ_0 comes: the mantissa bits of its short floats, or float64.
 START_THETA_FLAG_BITS = 8
 
 
@@ -159,13 +161,20 @@ class RoundZero:
 
     # ------------------------------------------------------------------ the quantised start, client and server halves
     def theta_message(self, theta0):
-        """θ_0 as the quantised start sends it: E_θ0[s] in :data:`START_THETA_DTYPE`, shape (q,),
-        or ``None`` when that rounding moves the start by more than :data:`START_THETA_TOLERANCE`
-        in the model's geometry (θ_0 then travels in float64)."""
+        """θ_0 as the quantised start sends it: E_θ0[s] rounded to the fewest mantissa bits (0 to 23)
+        that move it by at most :data:`START_THETA_TOLERANCE` in the model's geometry at θ_0, float32
+        of shape (q,) (:func:`~fedemstats.compression.short_floats.mantissa_bits` reads its width), or
+        ``None`` when float32 itself moves it further (θ_0 then travels in float64)."""
         a0 = np.asarray(self.model.expected_stats(theta0), dtype=np.float64)
-        message = a0.astype(START_THETA_DTYPE)
-        moved = self.model.geometry(theta0, a0).forward((message - a0)[None, :])
-        return message if np.max(np.abs(moved)) <= START_THETA_TOLERANCE else None
+        geometry = self.model.geometry(theta0, a0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            as_float32 = a0.astype(START_THETA_DTYPE)
+            for bits in range(FLOAT32_MANTISSA_BITS + 1):
+                message = round_mantissa(as_float32, bits)
+                moved = geometry.forward((message.astype(np.float64) - a0)[None, :])
+                if np.all(np.isfinite(message)) and np.max(np.abs(moved)) <= START_THETA_TOLERANCE:
+                    return message
+        return None
 
     def received_theta(self, message):
         """θ̃_0 = T(``message``): the start of every client and of the server (the message is
@@ -173,14 +182,15 @@ class RoundZero:
         return self.model.t_map(np.asarray(message, dtype=np.float64))
 
     def start_theta(self, theta0):
-        """(the θ the quantised start starts from, its float32 message or ``None`` when θ_0
+        """(the θ the quantised start starts from, its short-float message or ``None`` when θ_0
         itself is sent): the server's one decision, in process and on a framework."""
         message = self.theta_message(theta0)
         return (theta0, None) if message is None else (self.received_theta(message), message)
 
     def theta_bits(self, theta0, message) -> int:
         """Downlink bits per client of :meth:`start_theta`'s choice, its flag byte included."""
-        sent = self.model.n_parameters(theta0) * FLOAT64_BITS if message is None else message.size * FLOAT32_BITS
+        sent = (self.model.n_parameters(theta0) * FLOAT64_BITS if message is None
+                else short_float_bits(message.size, mantissa_bits(message)))
         return int(sent) + START_THETA_FLAG_BITS
 
     # ------------------------------------------------------------------ what round 0 sends (in process and on Flower)

@@ -27,8 +27,8 @@ from ..models._summaries import client_moments
 from . import protocol as P
 from .problems import problem_from_spec
 from .node_state import NO_ROUND, NodeState, load_start_theta, load_state, save_start_theta, save_state
-from .records import (compressed_from_record, compressed_to_record, from_array_record, params_from_records,
-                      to_array_record)
+from .records import (compressed_from_record, compressed_to_record, decode_theta, from_array_record,
+                      params_from_records, to_array_record)
 from .updates import updates_from_records
 
 __all__ = ["make_client_app", "load_csv_partition", "partition_id_of", "MIN_ROWS"]
@@ -160,8 +160,8 @@ class _Node:
         algo = _algorithm(model, config)
         entropy, client, transfer = int(config["entropy"]), [int(config["client"])], str(config["start"])
         if transfer == "upload":  # θ_0 travels with the first transfer only: the node keeps it
-            theta0 = (algo.received_theta(arrays["theta"]) if "theta" in arrays
-                      else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
+            theta0 = (algo.received_theta(decode_theta(arrays["theta"], model.q, int(config["theta_mantissa"])))
+                      if "theta" in arrays else params_from_records(content[P.PARAMS], content[P.PARAMS_META]))
             save_start_theta(context, entropy, theta0)
         else:
             theta0 = load_start_theta(context, entropy)

@@ -12,7 +12,9 @@ Message types (``<category>.<action>`` as Flower routes them):
     Round 0 (``fedemstats.algorithms.start``). Server sends θ_0, or Ŝ_0 itself (the
     mean-field pass, which also starts the node's state); node replies with its exact
     local mean statistic s̄_i (uncompressed). In the quantised start (config ``start``)
-    the node replies with s̄_i(θ_0) − E_θ0[s] dithered (``upload``), then, sent θ_0 and
+    the node replies with s̄_i(θ_0) − E_θ0[s] dithered (``upload``; θ_0 comes as its statistics
+    in short floats, packed in array ``theta``, their mantissa bits in config ``theta_mantissa``,
+    or as it is when those would move it), then, sent θ_0 and
     the dithered broadcast of Ŝ_0 (``mean-field``), with s̄_i(T(Ŝ_0)) − Ŝ_0 dithered; it
     keeps Ŝ_0 and the decoded value as V_{0,i}.
 ``train``

@@ -15,6 +15,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from ..compression.short_floats import decode_short_floats, encode_short_floats, mantissa_bits
 from ..models.factor import FactorParams
 from ..models.gaussian_missing import GaussianParams
 from ..models.gmm_params import GMMParams
@@ -23,7 +24,7 @@ from ..models.poisson_mixture import PoissonMixtureParams
 __all__ = [
     "PARAMS_TYPES", "register_params_type", "to_array_record", "from_array_record",
     "compressed_to_record", "compressed_from_record", "payload_size", "params_to_records",
-    "params_from_records", "wire_bytes",
+    "params_from_records", "wire_bytes", "encode_theta", "decode_theta",
 ]
 
 #: class name -> parameter dataclass a node may rebuild from a message
@@ -85,6 +86,18 @@ def compressed_from_record(record: ConfigRecord, compressor, q, blocks):
 def payload_size(record: ConfigRecord) -> int:
     """Bytes of the encoded row a :func:`compressed_to_record` record carries."""
     return len(record[_BYTES_KEY])
+
+
+def encode_theta(message) -> np.ndarray:
+    """The quantised start's θ_0 message (short floats, :meth:`RoundZero.theta_message
+    <fedemstats.algorithms.start.RoundZero.theta_message>`) as it travels: its packed bytes, uint8
+    (their mantissa bits travel in the instruction's config)."""
+    return np.frombuffer(encode_short_floats(message, mantissa_bits(message)), dtype=np.uint8)
+
+
+def decode_theta(packed, q: int, bits: int) -> np.ndarray:
+    """Inverse of :func:`encode_theta` for a model of ``q`` statistics: float32 of shape (q,)."""
+    return decode_short_floats(np.asarray(packed, dtype=np.uint8).tobytes(), q, bits)
 
 
 def params_to_records(theta):

@@ -4,7 +4,8 @@ The strategy makes the transfers the in-process round 0 makes and logs the same 
 (:meth:`~fedemstats.algorithms.start.RoundZero.float_start_bits`,
 :meth:`~fedemstats.algorithms.start.RoundZero.quantised_start_bits`), with the bytes Flower
 put on the wire beside them (``reply_bytes``, ``payload_bytes``, ``downlink_bytes``). In the
-quantised start θ_0 travels once, with the upload instruction; the node keeps it for the
+quantised start θ_0 travels once, with the upload instruction (its short floats packed,
+:func:`.records.encode_theta`); the node keeps it for the
 mean-field one (:func:`.node_state.save_start_theta`).
 """
 from __future__ import annotations
@@ -16,8 +17,9 @@ from flwr.app import Message
 
 from ..algorithms.server import decode_messages
 from ..algorithms.start import round0_compressor
+from ..compression.short_floats import mantissa_bits
 from . import protocol as P
-from .records import compressed_to_record, params_to_records, payload_size, wire_bytes
+from .records import compressed_to_record, encode_theta, params_to_records, payload_size, wire_bytes
 from .validation import InvalidReply, check_round_reply, check_stats_reply
 
 __all__ = ["NodesRoundZero"]
@@ -73,10 +75,12 @@ class NodesRoundZero:
         algo, s, q, n = self.algorithm, self.settings, self.model.q, len(self.partitions)
         config = {"entropy": entropy, "compressor": s.compressor, "precondition": s.precondition,
                   "downlink": s.downlink_compressor}
-        # θ_0 travels as its float32 statistics (array ``theta``) when their rounding is small, else
-        # as it is; every side starts from the same θ
+        # θ_0 travels as its short-float statistics (packed in array ``theta``, their mantissa bits in
+        # the config) when their rounding is small, else as it is; every side starts from the same θ
         start, message = algo.start_theta(theta0)
-        params, arrays = (start, {}) if message is None else (None, {"theta": message})
+        params, arrays = (start, {}) if message is None else (None, {"theta": encode_theta(message)})
+        if message is not None:
+            config["theta_mantissa"] = mantissa_bits(message)
         a0, geometry0 = algo.start_point(start)
 
         def check(blocks):
