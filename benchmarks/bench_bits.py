@@ -228,7 +228,7 @@ def report(groups, rows, variants, args, total_s):
         "`init_theta` with `check_rng(seed)`, whose stream then drives the run). Checked per group: exact EM's θ "
         "after round 0 and its round-0 log-likelihood equal the estimator's (`algorithm='em'`, `max_iter=1`) "
         "bit for bit, and every FedEM run is given exact EM's θ_0 (array equality; its quantised start may send it "
-        "as float32 statistics, `docs/fedem.md` round 0).",
+        "as short-float statistics, `docs/fedem.md` round 0).",
         f"- Fixed point: exact EM (`FedEM(compressor='identity', participation=1.0, step_size=1.0, alpha=1.0, "
         f"v_init='zero')`, as `algorithm='em'`) until the mean log-likelihood changes by < {FP_TOL:g} per round, "
         f"or {FP_MAX_ROUNDS} rounds (marked *; 'est. remaining' extrapolates the last 10 increments geometrically).",

@@ -294,7 +294,7 @@ def report(tables, splits, rows, args, total_s, n_fits):
              f"hit that cap without reaching the tol; slow factor-analysis EM). Same `random_state={args.seed}` for all: the "
              f"runner asserts that round-0 log-likelihoods (the initial parameters') agree to {START_ATOL:g} "
              f"between exact runs and to {START_ROUNDING_ATOL:g} for FedEM, whose quantised start sends θ_0 as "
-             "float32 statistics when their rounding is small and starts from what it sent (`docs/fedem.md`, "
+             "short-float statistics when their rounding is small and starts from what it sent (`docs/fedem.md`, "
              f"round 0); largest difference seen: {np.nanmax([r['start_diff'] for r in rows]):.1e} nats per row.",
              "- ll: mean log-likelihood per row of the fitted data at the final parameters (`score`; imputer: "
              "observed-data Gaussian log-likelihood of the masked table). gap = ll exact − ll FedEM; gap ref = "
