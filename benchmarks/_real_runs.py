@@ -45,12 +45,13 @@ EIG_RATIO_BLOWUP = 1e2
 PSI_FLOOR = 1e-8
 #: Same start: round-0 log-likelihoods per row of two runs that both start from θ_0 agree to this ...
 START_ATOL = 1e-10
-#: ... and compressed FedEM's to this (the benchmarks' accuracy unit: bench_real_data's GAP_TOL): its quantised start sends
-#: θ_0 as short-float statistics rounded to a tenth of the start quantiser's resolution in the model's
-#: geometry (``docs/fedem.md``, round 0) and starts from what it sent. On these tables that moves the
-#: round-0 log-likelihood by up to 2.1e-4 nats per row (college's imputer, q = 170; 2.6e-5 at most
-#: when θ_0 went in float32), less than the start's own quantisation moves round 1's (standard
-#: deviation 1.2-3.2e-4 over dither streams there). A larger difference is another start.
+#: ... and compressed FedEM's to this (the accuracy unit, bench_real_data's GAP_TOL): its quantised
+#: start sends θ_0 as short-float statistics rounded to a tenth of the start quantiser's resolution
+#: in the model's geometry (``docs/fedem.md``, round 0) and starts from what it sent. On these
+#: tables that moves the round-0 log-likelihood by up to 2.1e-4 nats per row (college's imputer,
+#: q = 170; 2.6e-5 at most when θ_0 went in float32), less than the start's own quantisation moves
+#: round 1's (standard deviation 1.2-3.2e-4 over dither streams there). A larger difference is
+#: another start.
 START_ROUNDING_ATOL = 1e-3
 #: Step of the damped deterministic EM of :func:`damped_exact_em` (the trust region's first halving).
 DAMPED_STEP = 0.5
