@@ -32,18 +32,42 @@ def wine_constant():
     return X
 
 
+def _one_exact_em_step_gain(fit, X, groups):
+    """Nats per row one exact EM step from ``fit``'s parameters gains: < tol at an EM fixed point."""
+    step = FederatedGaussianMixture(3, algorithm="em", max_iter=1, tol=0.0, weights_init=fit.weights_,
+                                    means_init=fit.means_, precisions_init=np.linalg.inv(fit.covariances_),
+                                    random_state=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="(?s).*did not converge")
+        step.fit(X, groups=groups)
+    return step.score(X) - fit.score(X)
+
+
 @pytest.mark.parametrize("split, participation", [("tiny", 1.0), ("sorted", 0.5)])
 def test_a_constant_column_does_not_freeze_compressed_fedem(wine_constant, split, participation):
     """Before the trust region was measured from the current iterate, `dither:s=4` stopped moving
     (every `step_fraction` 0): -10.30 against exact EM's -9.56 (tiny, p = 1), -8.615 against
-    -8.603 (sorted, p = 0.5), with `converged_` False after 100 rounds."""
+    -8.603 (sorted, p = 0.5), with `converged_` False after 100 rounds. Now the fit converges,
+    and where it stops one exact EM step gains less than its `tol`: an EM fixed point, not a freeze
+    (frozen, EM gained 0.74 nats per row).
+
+    Which fixed point is the likelihood's business: on tiny clients the start is random (no client
+    has the rows for k-means summaries) and the likelihood multimodal. Over `random_state` 0-8 the
+    compressed fit (tiny, p = 1) ended above exact EM's optimum from the same start on 6 seeds (by
+    0.0035-0.22 nats per row), level on 1, and on other fixed points below it on 2 (seed 0 by 0.043,
+    on a plateau where EM gains 1.1e-4 a step; seed 7 by 0.022); with θ_0 sent in float32 instead of
+    short floats, on 1 (seed 7; seed 0 ended 0.18 above). So the comparison with exact EM is made
+    where the compressed fit starts in exact EM's basin (sorted, p = 0.5), and the fixed-point test
+    everywhere."""
     X = wine_constant
     groups = _wine_groups(split, X.shape[0])
-    exact = FederatedGaussianMixture(3, algorithm="em", random_state=0, max_iter=500).fit(X, groups=groups)
     fed = FederatedGaussianMixture(3, compressor="dither:s=4", participation=participation, random_state=0,
                                    max_iter=400).fit(X, groups=groups)
     assert fed.converged_
-    assert fed.score(X) >= exact.score(X) - LL_TOL, (fed.score(X), exact.score(X))
+    assert _one_exact_em_step_gain(fed, X, groups) < fed.tol
+    if split == "sorted":
+        exact = FederatedGaussianMixture(3, algorithm="em", random_state=0, max_iter=500).fit(X, groups=groups)
+        assert fed.score(X) >= exact.score(X) - LL_TOL, (fed.score(X), exact.score(X))
 
 
 def test_a_component_pure_in_a_binary_column_is_not_pinned_below_reg_covar():
