@@ -133,8 +133,9 @@ class _Node:
         """Round 0 (:mod:`fedemstats.algorithms.start`). Exact: s̄_i(θ) at the θ sent, or at
         T(Ŝ_0) for the mean-field pass, which also starts the node's state (Ŝ_0 and
         V_{0,i} = s̄_i(T(Ŝ_0)) − Ŝ_0, the value the server's mirror computes). Quantised
-        (config ``start``; θ_0 arrives with the first transfer only, as its float32 statistics
-        ``theta`` or, when their rounding is too large, as parameters, see
+        (config ``start``; θ_0 arrives with the first transfer only, as its statistics in short
+        floats, packed in ``theta`` with their mantissa bits in config ``theta_mantissa``, or, when
+        their rounding is too large, as parameters, see
         :mod:`fedemstats.algorithms.start`; the node keeps it for the second):
         s̄_i(θ_0) − E_θ0[s] dithered (``upload``), or, from the server's
         broadcast of Ŝ_0, s̄_i(T(Ŝ_0)) − Ŝ_0 dithered (``mean-field``), whose decoded value
