@@ -27,9 +27,9 @@
   of θ_0's n_parameters × 64 (q is at most 1.5 n_parameters: factor analysis); everyone, server
   included, starts from θ̃_0 = T(a_0 as sent) (T(E_θ[s]) = θ to 1e-16). Rounded in raw coordinates,
   a covariance S2/r − m mᵀ cancels, so the check is in the geometry; when no k up to float32's 23
-  passes, θ_0 goes in float64. On the 64 real rows of ``bench_real_data`` k is 9 to 18 on 57 rows
-  (Portal's imputer 12 to 13, against 23 in float32: its round 0 was 0.26 of exact EM's total bits
-  on a row exact EM finishes in one round); Boston's mixtures, Portal's heterogeneous ones and
+  passes, θ_0 goes in float64. On the 64 real rows of ``bench_real_data`` k is 12 to 23 (median
+  15) on 57 rows (Portal's imputer 12, against 23 in float32: its round 0 was 0.26 of exact EM's
+  total bits on a row exact EM finishes in one round, now 0.21); Boston's mixtures, Portal's heterogeneous ones and
   breast cancer's heterogeneous full one keep float64 (their float32 rounding moved the
   log-likelihood at θ̃_0 by 7e-4 to 7.5e-3 nats per row). Exact EM and the float64 starts send θ_0
   itself: scikit-learn parity and the continuity test start from θ_0 exactly.
