@@ -59,7 +59,7 @@ def test_quantised_start_costs_a_fraction_and_the_ledger_holds_its_transfers(pro
     row = run.history.iloc[0]
     assert row["uplink_bits"] == comp.bits(m0) + comp.bits(m1) + 2 * n * FLOAT64_BITS
     assert theta_message.dtype == np.float32 and theta_message.shape == (q,)
-    theta_bits = q * (9 + mantissa_bits(theta_message)) + START_THETA_FLAG_BITS
+    theta_bits = short_float_bits(q, mantissa_bits(theta_message)) + START_THETA_FLAG_BITS
     assert theta_bits < q * FLOAT32_BITS  # fewer mantissa bits than float32's 23 (20 here: collinear columns)
     assert row["downlink_bits"] == n * theta_bits + n * comp.bits(mb)
     assert np.array_equal(run.state.s_hat, s0)

@@ -167,13 +167,15 @@ class RoundZero:
         ``None`` when float32 itself moves it further (θ_0 then travels in float64)."""
         a0 = np.asarray(self.model.expected_stats(theta0), dtype=np.float64)
         geometry = self.model.geometry(theta0, a0)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore"):
             as_float32 = a0.astype(START_THETA_DTYPE)
-            for bits in range(FLOAT32_MANTISSA_BITS + 1):
-                message = round_mantissa(as_float32, bits)
-                moved = geometry.forward((message.astype(np.float64) - a0)[None, :])
-                if np.all(np.isfinite(message)) and np.max(np.abs(moved)) <= START_THETA_TOLERANCE:
-                    return message
+        for bits in range(FLOAT32_MANTISSA_BITS + 1):
+            message = round_mantissa(as_float32, bits)
+            if not np.all(np.isfinite(message)):  # beyond float32's range, or rounded past it
+                continue
+            moved = geometry.forward((message.astype(np.float64) - a0)[None, :])
+            if np.max(np.abs(moved)) <= START_THETA_TOLERANCE:
+                return message
         return None
 
     def received_theta(self, message):

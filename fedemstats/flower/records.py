@@ -88,11 +88,12 @@ def payload_size(record: ConfigRecord) -> int:
     return len(record[_BYTES_KEY])
 
 
-def encode_theta(message) -> np.ndarray:
+def encode_theta(message) -> tuple:
     """The quantised start's θ_0 message (short floats, :meth:`RoundZero.theta_message
-    <fedemstats.algorithms.start.RoundZero.theta_message>`) as it travels: its packed bytes, uint8
-    (their mantissa bits travel in the instruction's config)."""
-    return np.frombuffer(encode_short_floats(message, mantissa_bits(message)), dtype=np.uint8)
+    <fedemstats.algorithms.start.RoundZero.theta_message>`) as it travels: ``(packed, bits)``, its
+    packed bytes as uint8 (array ``theta``) and their mantissa bits (config ``theta_mantissa``)."""
+    bits = mantissa_bits(message)
+    return np.frombuffer(encode_short_floats(message, bits), dtype=np.uint8), bits
 
 
 def decode_theta(packed, q: int, bits: int) -> np.ndarray:

@@ -17,7 +17,6 @@ from flwr.app import Message
 
 from ..algorithms.server import decode_messages
 from ..algorithms.start import round0_compressor
-from ..compression.short_floats import mantissa_bits
 from . import protocol as P
 from .records import compressed_to_record, encode_theta, params_to_records, payload_size, wire_bytes
 from .validation import InvalidReply, check_round_reply, check_stats_reply
@@ -78,9 +77,9 @@ class NodesRoundZero:
         # θ_0 travels as its short-float statistics (packed in array ``theta``, their mantissa bits in
         # the config) when their rounding is small, else as it is; every side starts from the same θ
         start, message = algo.start_theta(theta0)
-        params, arrays = (start, {}) if message is None else (None, {"theta": encode_theta(message)})
+        params, arrays = start, {}
         if message is not None:
-            config["theta_mantissa"] = mantissa_bits(message)
+            params, (arrays["theta"], config["theta_mantissa"]) = None, encode_theta(message)
         a0, geometry0 = algo.start_point(start)
 
         def check(blocks):
