@@ -28,7 +28,10 @@ def test_simulation_equals_in_process_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
     parts = write_partitions(tmp_path, N_NODES, rows=60, dim=3, n_components=3, seed=8)
     settings = FedEMSettings(n_rounds=5, compressor="dither:s=4", participation=5, step_size=0.5,
-                             seed=2024, min_nodes=N_NODES, round_timeout=120.0)
+                             seed=2024, min_nodes=N_NODES, round_timeout=120.0,
+                             # Ray's actors start slowly on a loaded machine: at the default 60 s
+                             # none had answered round 0 while two benchmarks shared the 2 cores
+                             node_wait=300.0)
     problem = GMMProblem(3)
     folder = str(tmp_path)
 

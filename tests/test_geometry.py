@@ -68,23 +68,8 @@ def test_canonical_form_with_reg_covar():
     assert np.allclose(y["sum_xx"], expected, atol=1e-10)
 
 
-# ---------------------------------------------------------------------- blocks and the stored layout
-def _expected_sizes(layout, parts):
-    """Chunk sizes: each layout block's *stored* size, split into its number of chunks."""
-    n = np.array([parts.get(name, 1) for name in layout.names])
-    return np.repeat(np.diff(layout.offsets) // n, n)
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_blocks_follow_the_stored_layout(name):
-    model, _, theta, s_hat = make_case(name)
-    G = model.geometry(theta, s_hat)
-    assert G.blocks.dtype == np.int64 and G.blocks[0] == 0 and G.blocks[-1] == model.layout.size
-    assert set(model.layout.offsets.tolist()) <= set(G.blocks.tolist())  # never straddles a statistic
-    assert np.array_equal(np.diff(G.blocks), _expected_sizes(model.layout, expected_parts(name, model)))
-    assert np.array_equal(G.blocks, split_blocks(model.layout, expected_parts(name, model)))
-
-
+# ---------------------------------------------------------------------- the stored layout
+# (the quantisation blocks themselves: tests/test_geometry_blocks.py)
 @pytest.mark.parametrize("name", PACKABLE)
 def test_geometry_works_on_packed_symmetric_blocks(name):
     model, _, theta, s_hat = make_case(name)
@@ -95,7 +80,7 @@ def test_geometry_works_on_packed_symmetric_blocks(name):
     s_packed, s_hat = s_hat, plain.pack(lay.unpack(s_hat))
     G, P = model.geometry(theta, s_hat), pmodel.geometry(theta, s_packed)
     assert P.blocks[-1] == lay.size                    # a d x d assumption would overrun
-    assert np.array_equal(np.diff(P.blocks), _expected_sizes(lay, expected_parts(name, model)))
+    assert np.array_equal(P.blocks, split_blocks(lay, expected_parts(name, model)))
     x = symmetric_rows(model, np.random.default_rng(3))
     assert np.allclose(P.forward(to_packed(x)), to_packed(G.forward(x)), rtol=1e-10, atol=1e-10)
     xp = np.random.default_rng(4).normal(size=(5, lay.size))
