@@ -53,6 +53,8 @@ def _gmm(K, d, ct):
     ((GaussianMissingModel(7).layout, {}), [0, 7, 35]),
     # factor analysis on iris (k = 2): sum_xx 4 | sum_xz 12 | sum_zz 6 -> 4 joins 12; 6 + 16 > 16
     ((FactorAnalysisModel(4, 2).layout, {}), [0, 16, 22]),
+    # a short block between two that both fit joins the shorter: 10 | 3 | 12 -> 13 | 12
+    ((StatLayout([("a", (10,)), ("b", (3,)), ("c", (12,))]), {}), [0, 13, 25]),
     # factor analysis on diabetes (k = 3): 10 | 40 | 10, nothing short
     ((FactorAnalysisModel(10, 3).layout, {}), [0, 10, 50, 60]),
 ])
@@ -89,10 +91,17 @@ def test_blocks_coarsen_the_requested_chunks_within_the_merge_limit(case, min_si
     assert blocks.dtype == np.int64 and blocks[0] == 0 and blocks[-1] == layout.size
     assert np.all(np.diff(blocks) > 0)
     assert set(blocks.tolist()) <= set(fine.tolist())          # only coarsens, never cuts anew
-    chunks = set(_chunked(layout, parts, min_size))
+    off = layout.offsets.tolist()
     for start, stop in zip(blocks[:-1].tolist(), blocks[1:].tolist()):
-        # a block is one chunk of a statistic, or a union of short pieces within the limit
-        assert (start, stop) in chunks or stop - start <= limit
+        if stop - start <= limit:           # a union of short pieces stays within the limit
+            continue
+        # a longer block lies inside one statistic, as a whole number of its requested chunks
+        b = np.searchsorted(off, start, side="right") - 1
+        assert stop <= off[b + 1]
+        size, n = off[b + 1] - off[b], parts[layout.names[b]]
+        m, rest = divmod(size, stop - start)      # the statistic cut into m equal blocks ...
+        assert rest == 0 and n % m == 0           # ... each a whole number of its n chunks
+        assert (start - off[b]) % (stop - start) == 0
     sizes = np.diff(blocks)
     for i in np.flatnonzero(sizes < min_size):                 # a short block could join no neighbour
         for j in (i - 1, i + 1):
@@ -100,17 +109,6 @@ def test_blocks_coarsen_the_requested_chunks_within_the_merge_limit(case, min_si
                 assert sizes[i] + sizes[j] > limit
     if np.all(np.diff(fine) >= min_size):                      # nothing short: nothing merges
         assert blocks.tolist() == fine.tolist()
-
-
-def _chunked(layout, parts, min_size):
-    """Step one alone: each statistic cut into the most requested chunks of >= min_size."""
-    off = layout.offsets.tolist()
-    out = []
-    for b, name in enumerate(layout.names):
-        size, n = off[b + 1] - off[b], parts.get(name, 1)
-        m = max(m for m in range(1, n + 1) if n % m == 0 and (m == 1 or size // m >= min_size))
-        out += [(off[b] + i * (size // m), off[b] + (i + 1) * (size // m)) for i in range(m)]
-    return out
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -77,9 +77,11 @@ class NodesRoundZero:
         # θ_0 travels as its short-float statistics (packed in array ``theta``, their mantissa bits in
         # the config) when their rounding is small, else as it is; every side starts from the same θ
         start, message = algo.start_theta(theta0)
-        params, arrays = start, {}
-        if message is not None:
-            params, (arrays["theta"], config["theta_mantissa"]) = None, encode_theta(message)
+        if message is None:
+            params, arrays = start, {}
+        else:
+            packed, config["theta_mantissa"] = encode_theta(message)
+            params, arrays = None, {"theta": packed}
         a0, geometry0 = algo.start_point(start)
 
         def check(blocks):

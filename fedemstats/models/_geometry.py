@@ -16,8 +16,8 @@ import numpy as np
 from .._linalg import symmetrize
 
 __all__ = ["Geometry", "IdentityGeometry", "TRUST_RATIO", "MAX_HALVINGS", "REFINE_BISECTIONS", "MIN_WEIGHT",
-           "MAX_CONDITION", "MIN_BLOCK_SIZE", "MERGE_FACTOR", "split_blocks", "whitening_factors", "as_rows", "step_fractions", "refinements",
-           "min_eigenvalue", "build_geometry", "log_fallback"]
+           "MAX_CONDITION", "MIN_BLOCK_SIZE", "MERGE_FACTOR", "split_blocks", "whitening_factors", "as_rows",
+           "step_fractions", "refinements", "min_eigenvalue", "build_geometry", "log_fallback"]
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +106,22 @@ def _merge_short(bounds, min_size) -> np.ndarray:
     """Join every block shorter than ``min_size`` to its shorter neighbour while the union
     stays within ``MERGE_FACTOR * min_size`` coordinates (leftmost short block first)."""
     sizes = np.diff(bounds).tolist()
-    limit = MERGE_FACTOR * min_size
-    while True:
-        for i, size in enumerate(sizes):
-            fits = [j for j in (i - 1, i + 1) if 0 <= j < len(sizes) and size + sizes[j] <= limit]
-            if size < min_size and fits:
-                j = min(fits, key=lambda j: sizes[j])
-                sizes[min(i, j)] = size + sizes[j]
-                del sizes[max(i, j)]
-                break
-        else:
-            return np.concatenate([[int(bounds[0])], int(bounds[0]) + np.cumsum(sizes)]).astype(np.int64)
+    while (pair := _first_merge(sizes, min_size, MERGE_FACTOR * min_size)) is not None:
+        i, j = pair
+        sizes[i:j + 1] = [sizes[i] + sizes[j]]
+    return np.concatenate([[int(bounds[0])], int(bounds[0]) + np.cumsum(sizes)]).astype(np.int64)
+
+
+def _first_merge(sizes, min_size, limit):
+    """``(i, i + 1)``: the leftmost short block and its shorter neighbour within ``limit``; else None."""
+    for i, size in enumerate(sizes):
+        if size >= min_size:
+            continue
+        fits = [j for j in (i - 1, i + 1) if 0 <= j < len(sizes) and size + sizes[j] <= limit]
+        if fits:
+            j = min(fits, key=lambda j: sizes[j])
+            return min(i, j), max(i, j)
+    return None
 
 
 def whitening_factors(cov, usable=None):
