@@ -352,10 +352,12 @@ class StepController:
           |ℓ̂_k − ℓ̂_{k−W}| / Σ γ t (a small step does not fake convergence) is not two standard
           errors above b = STOCHASTIC_TOL_FRACTION · ``tol``, and its standard error is below
           WINDOW_SE_FRACTION · b (the estimated gain is then below ``tol``);
-        * an EM step would gain less than ``tol``: half the estimated squared mean field in the
-          model's geometry, ½ (E‖P H‖² − Var P H), the gain of an exact EM step, is below
-          ``tol``: exact EM's own rule, the gain of its last step below ``tol``; a run stalled
-          by noise gains nothing per step but fails this;
+        * an EM step would gain less than b: half the estimated squared mean field in the
+          model's geometry, ½ (E‖P H‖² − Var P H), ≈ the gain of an exact EM step, is below b
+          (exact EM's own rule, the gain of its last step below ``tol``, made stricter as the
+          window's: the estimate is tested every round, so the first round whose noise takes it
+          under the bound stops the run, and ½‖P h‖² is a second-order proxy of the step's gain);
+          a run stalled by noise gains nothing per step but fails this;
         * the log-likelihood the step's own jitter costs at stationarity, ½ γ / (2 − γ) Var P H,
           is below b (a fixed step too large for the noise never gets within tol).
 
@@ -376,10 +378,12 @@ class StepController:
             # a mini-batch log-likelihood carries sampling noise no variance here accounts for:
             # such runs go to max_iter (as online EM's fixed number of passes)
             return False, gain
+        # measured on iris (factor analysis, p = 0.5): at ``tol`` the estimate dipped under it
+        # where an exact EM step still gained 1.5 tol, and the fit stopped 1.3e-3 nats/row short
         field = 0.5 * cs.field_sq
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
         # error has a variance ≈ γ / (2 − γ) · Var P H, which costs half that in log-likelihood;
         # a step too large for the noise never gets within tol, so it must not say it did
         jitter = 0.5 * cs.gamma_prev / (2.0 - cs.gamma_prev) * cs.noise_avg
         bound = STOCHASTIC_TOL_FRACTION * tol
-        return window_converged(cs.trail, tol) and field < tol and jitter < bound, gain
+        return window_converged(cs.trail, tol) and field < bound and jitter < bound, gain

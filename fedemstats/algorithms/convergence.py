@@ -16,7 +16,8 @@ CONVERGENCE_PATIENCE = 3
 #: of the difference of two estimates does not, so a longer window resolves a smaller gain.
 CONVERGENCE_WINDOW = 60
 #: A noisy run stops when its log-likelihood gain per unit step is not significantly above
-#: this fraction of ``tol`` and the jitter of its step costs less: stricter than exact EM's
+#: this fraction of ``tol``, and an EM step's estimated gain and the jitter of its step are below
+#: it (:meth:`.controller.StepController.converged`): stricter than exact EM's
 #: |Δℓ| < tol because the noisy path reaches its plateaus differently; stopping a little later
 #: costs rounds, not accuracy (measured on diabetes, p = 0.5: a window test at the full tol
 #: stopped 1.5e-3 nats per row short of exact EM).
