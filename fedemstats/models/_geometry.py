@@ -91,36 +91,34 @@ def split_blocks(layout, parts, min_size=MIN_BLOCK_SIZE) -> np.ndarray:
     ndarray of int64 of shape (n_chunks + 1,)
     """
     off = layout.offsets
-    bounds = [0]
+    sizes = []
     for b, name in enumerate(layout.names):
         n = int(parts.get(name, 1))
         size = int(off[b + 1] - off[b])
         if size % n:
             raise ValueError(f"block {name!r} of stored size {size} does not split into {n} chunks.")
         n = max(m for m in range(1, n + 1) if n % m == 0 and (m == 1 or size // m >= min_size))
-        bounds.extend(int(off[b]) + (size // n) * np.arange(1, n + 1))
-    return _merge_short(np.asarray(bounds, dtype=np.int64), min_size)
+        sizes += [size // n] * n
+    return np.concatenate([[0], np.cumsum(_merge_short(sizes, min_size))]).astype(np.int64)
 
 
-def _merge_short(bounds, min_size) -> np.ndarray:
-    """Join every block shorter than ``min_size`` to its shorter neighbour while the union
-    stays within ``MERGE_FACTOR * min_size`` coordinates (leftmost short block first)."""
-    sizes = np.diff(bounds).tolist()
-    while (pair := _first_merge(sizes, min_size, MERGE_FACTOR * min_size)) is not None:
-        i, j = pair
-        sizes[i:j + 1] = [sizes[i] + sizes[j]]
-    return np.concatenate([[int(bounds[0])], int(bounds[0]) + np.cumsum(sizes)]).astype(np.int64)
+def _merge_short(sizes, min_size) -> list:
+    """Block sizes after joining every block shorter than ``min_size`` to its shorter neighbour
+    while the union stays within ``MERGE_FACTOR * min_size`` coordinates (leftmost short block first)."""
+    while (i := _first_merge(sizes, min_size, MERGE_FACTOR * min_size)) is not None:
+        sizes[i:i + 2] = [sizes[i] + sizes[i + 1]]
+    return sizes
 
 
 def _first_merge(sizes, min_size, limit):
-    """``(i, i + 1)``: the leftmost short block and its shorter neighbour within ``limit``; else None."""
+    """Index i of the pair (i, i + 1) to join: the leftmost short block and its shorter
+    neighbour whose union is within ``limit``; None when no short block can join one."""
     for i, size in enumerate(sizes):
         if size >= min_size:
             continue
         fits = [j for j in (i - 1, i + 1) if 0 <= j < len(sizes) and size + sizes[j] <= limit]
         if fits:
-            j = min(fits, key=lambda j: sizes[j])
-            return min(i, j), max(i, j)
+            return min(i, min(fits, key=lambda j: sizes[j]))
     return None
 
 
