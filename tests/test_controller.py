@@ -75,6 +75,34 @@ def test_an_em_step_must_gain_less_than_the_bound_not_tol(tol):
     assert ctl.converged(cs, -1.0, 0.0, tol)[0]
 
 
+def test_the_mean_field_and_jitter_tests_weigh_a_mixture_by_its_gain_ratio():
+    """Flat log-likelihood: ½‖P h‖² = 0.6 b passes alone, but a mixture whose components carry
+    ρ = 1 / π_k ≈ 3 gains 1.8 b per EM step (``Geometry.gain_ratio``): not converged. The jitter
+    test likewise: a jitter cost of 0.6 b is 1.8 b at ρ = 3."""
+    tol = 1e-3
+    bound = STOCHASTIC_TOL_FRACTION * tol
+    ctl = StepController(None, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0)
+    cs.noise_avg, cs.total_avg = 0.0, 2.0 * 0.6 * bound
+    for _ in range(CONVERGENCE_PATIENCE + 3):
+        converged, _ = ctl.converged(cs, -1.0, 0.0, tol)
+    assert converged
+    cs.gain_ratio = 3.0
+    assert not ctl.converged(cs, -1.0, 0.0, tol)[0]
+    cs.total_avg = 2.0 * 0.3 * bound  # ρ ½‖P h‖² = 0.9 b
+    assert ctl.converged(cs, -1.0, 0.0, tol)[0]
+
+    gamma = 0.3
+    ctl = StepController(lambda k: gamma, stochastic=True)
+    cs = _accepted(ctl, ll=-1.0, gamma=gamma)
+    cs.noise_avg = cs.total_avg = 0.6 * bound * 2.0 * (2.0 - gamma) / gamma  # jitter cost 0.6 b, no field
+    for _ in range(CONVERGENCE_PATIENCE + 3):
+        converged, _ = ctl.converged(cs, -1.0, 0.0, tol)
+    assert converged
+    cs.gain_ratio = 3.0
+    assert not ctl.converged(cs, -1.0, 0.0, tol)[0]
+
+
 def test_mini_batch_runs_do_not_claim_convergence():
     ctl = StepController(None, stochastic=True, watchdog=False)
     cs = _accepted(ctl, ll=-1.0)

@@ -22,7 +22,7 @@ from ..ledger import BitLedger
 from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast, snap_point
-from .controller import StepController
+from .controller import StepController, running_average
 from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor
 from .server import DIVERGENCE_ADVICE, check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
@@ -244,6 +244,7 @@ class Algorithm(RoundZero):
                        broadcast_bits=self.broadcast.revert(state.downlink))
         else:
             hy = coords.forward(h[None, :])[0]
+            cs.gain_ratio = running_average(cs.gain_ratio, coords.gain_ratio(hy))
             fixed, sampled_sq = self.participation.fixed_size, None
             if fixed:  # Cochran's estimator needs the decoded sum's norm (direction_noise)
                 sampled = coords.forward(sums[0][None, :])[0]

@@ -77,6 +77,9 @@ class ControllerState:
         ℓ̃_i, each client's last reported mean log-likelihood.
     noise_avg, total_avg : float or None
         Running averages of Var H and ‖H‖² in the model's geometry.
+    gain_ratio : float or None
+        Running average of the geometry's factor from ½ ‖P H‖² to an EM step's gain
+        (:meth:`~fedemstats.models._geometry.Geometry.gain_ratio`: 1 / π_k in a mixture).
     gamma_prev : float
         γ of the last accepted step.
     cap : float
@@ -114,6 +117,7 @@ class ControllerState:
     loglik_memory: np.ndarray
     noise_avg: float | None = None
     total_avg: float | None = None
+    gain_ratio: float | None = None
     gamma_prev: float = 1.0
     cap: float = 1.0
     accepted: tuple | None = None
@@ -353,12 +357,13 @@ class StepController:
           errors above b = STOCHASTIC_TOL_FRACTION · ``tol``, and its standard error is below
           WINDOW_SE_FRACTION · b (the estimated gain is then below ``tol``);
         * an EM step would gain less than b: half the estimated squared mean field in the
-          model's geometry, ½ (E‖P H‖² − Var P H), ≈ the gain of an exact EM step, is below b
+          model's geometry, ½ ρ (E‖P H‖² − Var P H), ≈ the gain of an exact EM step, is below b
+          (ρ: ``cs.gain_ratio``, the weight 1 / π_k of a mixture's component k)
           (exact EM's own rule, the gain of its last step below ``tol``, made stricter as the
           window's: the estimate is tested every round, so the first round whose noise takes it
           under the bound stops the run, and ½‖P h‖² is a second-order proxy of the step's gain);
           a run stalled by noise gains nothing per step but fails this;
-        * the log-likelihood the step's own jitter costs at stationarity, ½ γ / (2 − γ) Var P H,
+        * the log-likelihood the step's own jitter costs at stationarity, ½ ρ γ / (2 − γ) Var P H,
           is below b (a fixed step too large for the noise never gets within tol).
 
         The gain reported is the one-round gain per unit step.
@@ -380,10 +385,13 @@ class StepController:
             return False, gain
         # measured on iris (factor analysis, p = 0.5): at ``tol`` the estimate dipped under it
         # where an exact EM step still gained 1.5 tol, and the fit stopped 1.3e-3 nats/row short
-        field = 0.5 * cs.field_sq
+        # in a mixture a component of weight π_k gains ½ ‖P_k h‖² / π_k (gain_ratio): unweighted,
+        # a fit said converged_ where one EM step still gained 2.1 tol (bench_ugly, docs/fedem.md)
+        rho = cs.gain_ratio or 1.0
+        field = 0.5 * rho * cs.field_sq
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
         # error has a variance ≈ γ / (2 − γ) · Var P H, which costs half that in log-likelihood;
         # a step too large for the noise never gets within tol, so it must not say it did
-        jitter = 0.5 * cs.gamma_prev / (2.0 - cs.gamma_prev) * cs.noise_avg
+        jitter = 0.5 * rho * cs.gamma_prev / (2.0 - cs.gamma_prev) * cs.noise_avg
         bound = STOCHASTIC_TOL_FRACTION * tol
         return window_converged(cs.trail, tol) and field < bound and jitter < bound, gain

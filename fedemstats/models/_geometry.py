@@ -226,6 +226,18 @@ class Geometry:
         """``P⁻¹ y`` for each row; y of shape (m, q) or (q,), returns (m, q)."""
         raise NotImplementedError
 
+    def gain_weights(self):
+        """Weights c (q,) such that ½ Σ_j c_j y_j² approximates the log-likelihood per row an EM
+        step gains when the mean field is y = P h; None when all are 1 (one component;
+        :func:`._mixture.mass_gain_weights` gives a mixture's)."""
+        return None
+
+    def gain_ratio(self, y) -> float:
+        """Σ_j c_j y_j² / Σ_j y_j² of a direction y (q,) in P-coordinates (:meth:`gain_weights`;
+        1.0 without weights or for y = 0): the factor from ½ ‖P h‖² to an EM step's gain."""
+        c, total = self.gain_weights(), float(y @ y)
+        return 1.0 if c is None or not total > 0.0 else float(np.sum(c * y * y)) / total
+
     def whiten_point(self, s) -> np.ndarray:
         """Whitened coordinates of *points* (not differences), shape (m, q).
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ._geometry import (MIN_WEIGHT, Geometry, as_rows, build_geometry, log_fallback,
                         min_eigenvalue, split_blocks, whitening_factors)
-from ._mixture import RESP_FLOOR
+from ._mixture import RESP_FLOOR, mass_gain_weights
 from ._whiten_kernels import MAX_PACKED_FEATURES, PackedWhitening
 from .gmm_params import covariance_matrices
 
@@ -164,6 +164,7 @@ class GMMGeometry(Geometry):
         self.map = MomentWhitening(ct, m, L, L2, _whitened_reg(ct, L2_inv, model.reg_covar))
         self.cov_checked = np.ones(1, bool) if ct == "tied" else ~self.fallback
         self.blocks = split_blocks(model.layout, {"sum_x": K, "sum_xx": K if ct in ("full", "diag") else 1})
+        self.weights = np.asarray(theta.weights, dtype=np.float64)
         # packed full / tied second moments: the map as matrices on the stored rows (the
         # moment algebra unpacks them to (m, K, d, d) temporaries; see _whiten_kernels)
         self._packed = None
@@ -184,6 +185,11 @@ class GMMGeometry(Geometry):
             return self._whiten(y, False)
         y0, y1, y2 = self._split(y)
         return self._join(y0, *self.map.inverse(y0, y1, y2))
+
+    def gain_weights(self):
+        """1 / π_k on component k's coordinates (the tied second moment and the components on
+        the identity map: 1); :func:`._mixture.mass_gain_weights`."""
+        return mass_gain_weights(self.layout, self.weights, self.fallback, ("sum_xx",) if self.ct == "tied" else ())
 
     def _whiten(self, x, forward):
         x = as_rows(x)

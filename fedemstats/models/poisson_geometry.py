@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, split_blocks
-from ._mixture import RESP_FLOOR
+from ._mixture import RESP_FLOOR, mass_gain_weights
 
 __all__ = ["PoissonGeometry", "poisson_geometry", "PROJECTION_SLACK", "SCALE_FLOOR_FRACTION"]
 
@@ -71,6 +71,7 @@ class PoissonGeometry(Geometry):
         self.fallback = self.unchecked[:, None] | ~(np.isfinite(rates) & (rates > 0))
         log_fallback("Poisson geometry", "rates (k, j)", self.fallback)
         self.rates = np.where(self.fallback, 1.0, rates)
+        self.weights = np.asarray(theta.weights, dtype=np.float64)
         column_means = np.where(self.unchecked, 0.0, theta.weights) @ np.where(self.fallback, 0.0, rates)
         floor = np.where(self.fallback, 0.0, SCALE_FLOOR_FRACTION * column_means)  # a fallback rate keeps 1
         self._sd = np.sqrt(np.maximum(self.rates, floor))
@@ -83,6 +84,11 @@ class PoissonGeometry(Geometry):
         self.blocks = split_blocks(model.layout, {"sum_y": model.n_components}, min_size=1)
 
     names = ("resp", "sum_y")
+
+    def gain_weights(self):
+        """1 / π_k on component k's coordinates (1 on a component on the identity map);
+        :func:`._mixture.mass_gain_weights`."""
+        return mass_gain_weights(self.layout, self.weights, self.unchecked)
 
     def _scaled(self, x, factor):
         s0, s1 = self._split(x)
