@@ -386,7 +386,7 @@ class StepController:
         # measured on iris (factor analysis, p = 0.5): at ``tol`` the estimate dipped under it
         # where an exact EM step still gained 1.5 tol, and the fit stopped 1.3e-3 nats/row short
         # in a mixture a component of weight π_k gains ½ ‖P_k h‖² / π_k (gain_ratio): unweighted,
-        # a fit said converged_ where one EM step still gained 2.1 tol (bench_ugly, docs/fedem.md)
+        # raw wine over 3-row clients said converged_ where one EM step still gained 1.5 tol
         rho = cs.gain_ratio or 1.0
         field = 0.5 * rho * cs.field_sq
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
