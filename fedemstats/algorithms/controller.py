@@ -357,12 +357,12 @@ class StepController:
           errors above b = STOCHASTIC_TOL_FRACTION · ``tol``, and its standard error is below
           WINDOW_SE_FRACTION · b (the estimated gain is then below ``tol``);
         * an EM step would gain less than b: half the estimated squared mean field in the
-          model's geometry, ½ ρ (E‖P H‖² − Var P H), ≈ the gain of an exact EM step, is below b
-          (ρ: ``cs.gain_ratio``, the weight 1 / π_k of a mixture's component k)
-          (exact EM's own rule, the gain of its last step below ``tol``, made stricter as the
-          window's: the estimate is tested every round, so the first round whose noise takes it
-          under the bound stops the run, and ½‖P h‖² is a second-order proxy of the step's gain);
-          a run stalled by noise gains nothing per step but fails this;
+          model's geometry weighted by ρ = ``cs.gain_ratio`` (1 / π_k on a mixture's component k),
+          ½ ρ (E‖P H‖² − Var P H), ≈ Q, the complete-data gain of an exact EM step, is below b.
+          This is exact EM's own rule (its last step gained less than ``tol``) made stricter: a
+          step gains between Q and 2Q, 2Q in EM's slow phase, and the estimate is tested every
+          round, so the first round whose noise takes it under the bound stops the run. A run
+          stalled by noise gains nothing per step but fails this;
         * the log-likelihood the step's own jitter costs at stationarity, ½ ρ γ / (2 − γ) Var P H,
           is below b (a fixed step too large for the noise never gets within tol).
 
@@ -383,10 +383,8 @@ class StepController:
             # a mini-batch log-likelihood carries sampling noise no variance here accounts for:
             # such runs go to max_iter (as online EM's fixed number of passes)
             return False, gain
-        # measured on iris (factor analysis, p = 0.5): at ``tol`` the estimate dipped under it
-        # where an exact EM step still gained 1.5 tol, and the fit stopped 1.3e-3 nats/row short
-        # in a mixture a component of weight π_k gains ½ ‖P_k h‖² / π_k (gain_ratio): unweighted,
-        # raw wine over 3-row clients said converged_ where one EM step still gained 1.5 tol
+        # measured: bounded at tol, iris' factor analysis at p = 0.5 stopped where an exact EM step
+        # still gained 1.5 tol; unweighted (ρ = 1), raw wine's mixture over 3-row clients too
         rho = cs.gain_ratio or 1.0
         field = 0.5 * rho * cs.field_sq
         # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
