@@ -68,7 +68,7 @@ def run_group(table, split, model, seed):
                     model, name, r.loglik, r.rmse, r.n_iter, r.converged, r.wall_s, r.status)
     exact, tight = runs["exact"], runs["tight"]
     kind = config.kind
-    rows, damped = [], {}  # damped EM is deterministic: one run serves both participations
+    rows, once = [], {}  # damped EM and exact EM from its own end are deterministic: one run serves both p
     for p in PARTICIPATIONS:
         comp = runs[f"fedem-p{p:g}"]
         status = comp.status if not comp.ok else exact.status if not exact.ok else "ok"
@@ -97,12 +97,19 @@ def run_group(table, split, model, seed):
             # a converged fit outside the tolerance: does exact EM climb on from its end?
             "ll_from_end": (exact_em_from_end(table, split, model, comp, seed=seed)
                             if status == "ok" and comp.converged and not within else None),
+            "climb_allowed": GAP_TOL,
             "exact_floored": exact.diagnostics.get("n_floored", 0) if exact.ok else 0,
         })
+        if rows[-1]["ll_from_end"] is not None and kind == "fa":
+            # factor-analysis EM crawls along ridges: from exact EM's own end (its default tol) it
+            # climbs too, and FedEM's end is judged as stationary as that
+            if "climb" not in once:
+                once["climb"] = exact_em_from_end(table, split, model, exact, seed=seed) - exact.loglik
+            rows[-1]["climb_allowed"] = max(GAP_TOL, once["climb"])
         failing = status == "ok" and not rows[-1]["passed"]
-        if failing and "ll" not in damped:
-            damped["ll"] = damped_exact_em(table, split, model, seed=seed)  # None unless a GMM
-        rows[-1]["ll_damped"] = damped["ll"] if failing else None
+        if failing and "ll" not in once:
+            once["ll"] = damped_exact_em(table, split, model, seed=seed)  # None unless a GMM
+        rows[-1]["ll_damped"] = once["ll"] if failing else None
         rows[-1]["sampled"] = sampling_control(table, split, model, p, exact, seed) if failing and p < 1 else None
     return rows
 
@@ -190,10 +197,12 @@ def summary_lines(rows):
     lines.append(f"- Failing only on `converged_=False` (within tolerance, no collapse): {len(only_conv)}"
                  + (f" ({names(only_conv)})" if only_conv else ""))
     outside = [r for r in ok if r["conv_comp"] and severity(r) > 1]
-    other = [r for r in outside if r["ll_from_end"] is not None and r["ll_from_end"] - r["ll_comp"] <= GAP_TOL]
+    other = [r for r in outside
+             if r["ll_from_end"] is not None and r["ll_from_end"] - r["ll_comp"] <= r["climb_allowed"]]
     false_conv = [r for r in outside if r not in other]
     lines.append(f"- `converged_=True` but outside the tolerance: {len(outside)}. Of these, at another stationary "
-                 f"point (tightly converged exact EM started from FedEM's end climbs by <= {GAP_TOL:g} nats/row): "
+                 f"point (tightly converged exact EM started from FedEM's end climbs by <= {GAP_TOL:g} nats/row; "
+                 "factor analysis: or by no more than from exact EM's own end): "
                  f"{len(other)}" + (f" ({names(other)}: "
                  + ", ".join(f"{r['ll_from_end'] - r['ll_comp']:+.1e}" for r in other) + ")" if other else "")
                  + f"; stopped early or not checked (false convergence): {len(false_conv)}"
@@ -306,10 +315,12 @@ def report(tables, splits, rows, args, total_s, n_fits):
              f"Blow-up (listed in the same column): the largest eigenvalue (FA: noise variance) > "
              f"{EIG_RATIO_BLOWUP:g} × exact EM's. Either fails the row.",
              f"- Pass: {PASS_RULE}",
-             "- `converged_=True` outside the pass tolerance (GMM): exact EM (`tol` and `max_iter` of the "
-             "reference) is started from FedEM's fitted parameters. If it climbs by at most the tolerance, FedEM "
+             "- `converged_=True` outside the pass tolerance (GMM and factor analysis): exact EM (`tol` and "
+             "`max_iter` of the reference; factor analysis: textbook EM, Rubin & Thayer 1982, independent of the "
+             "package) is started from FedEM's fitted parameters. If it climbs by at most the tolerance, FedEM "
              "converged to another stationary point than exact EM from the common start (a different local "
-             "optimum: the row still fails); otherwise it stopped early (false convergence).",
+             "optimum or, for factor analysis, a ridge EM crawls along: the row still fails); otherwise it stopped "
+             "early (false convergence).",
              f"- Failing GMM rows: deterministic EM damped to γ = {DAMPED_STEP:g} (identity compression, every "
              "client, no noise) is also run from the common start. Where exact EM's own solution is degenerate "
              "(eigenvalues at the `reg_covar` floor), this tells basin selection (damped EM, which has no noise, "
