@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._threads import run
+
 __all__ = ["label_codes", "group_rows"]
 
 #: Integer labels spanning at most this many times the number of rows are coded by counting
@@ -97,5 +99,6 @@ new array's pages; part of every fit's set-up, issue 15).
     n = X.shape[0]
     rows, order = np.empty_like(X), np.empty(n, dtype=np.int64)
     nb = SCATTER_BLOCKS if n >= SCATTER_MIN_ROWS else 1
-    _scatter_rows(X, np.asarray(inverse, dtype=np.int64), np.asarray(offsets, dtype=np.int64), nb, rows, order)
+    run(_scatter_rows, X.size, X, np.asarray(inverse, dtype=np.int64), np.asarray(offsets, dtype=np.int64), nb,
+        rows, order)
     return rows, order

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._threads import run
+
 __all__ = ["column_ranges"]
 
 
@@ -52,5 +54,5 @@ def column_ranges(X):
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     lo, hi = np.full(X.shape[1], np.inf), np.full(X.shape[1], -np.inf)
-    _column_ranges(X, RANGE_BLOCKS if X.shape[0] >= RANGE_MIN_ROWS else 1, lo, hi)
+    run(_column_ranges, X.size, X, RANGE_BLOCKS if X.shape[0] >= RANGE_MIN_ROWS else 1, lo, hi)
     return lo, hi

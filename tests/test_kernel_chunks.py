@@ -136,12 +136,14 @@ def test_packed_whitening_is_not_used_for_diagonal_layouts():
 def test_packed_whitening_does_not_depend_on_the_thread_count_or_the_batch():
     import numba
 
+    from fedemstats._threads import SERIAL_BELOW
     from fedemstats.models._whiten_kernels import ROW_CHUNK
     rng = np.random.default_rng(8)
     model = GaussianMixtureModel(K, D, "full")
     theta = random_theta("full", rng)
     geo = model.geometry(theta, model.expected_stats(theta))
-    x = rng.normal(size=(5 * ROW_CHUNK + 3, model.q))
+    x = rng.normal(size=(7 * ROW_CHUNK + 3, model.q))
+    assert x.size >= SERIAL_BELOW  # smaller batches run on the calling thread alone (fedemstats._threads)
     previous, results = numba.get_num_threads(), []
     try:
         for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):

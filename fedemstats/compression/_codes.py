@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
 from ._bits import MAX_CODE_WIDTH, _flush, _get, _put, _put_tail, _put_word
 
 __all__ = ["RICE_K_BITS", "elias_row_bits", "pack_elias", "unpack_elias", "rice_parameters", "pack_rice",
@@ -172,7 +173,7 @@ def rice_parameters(levels) -> tuple:
     """
     ks = np.empty(levels.shape[0], dtype=np.int64)
     bits = np.empty(levels.shape[0], dtype=np.int64)
-    _rice_parameters_kernel(levels, ks, bits)
+    run(_rice_parameters_kernel, levels.size, levels, ks, bits)
     return ks, bits
 
 
@@ -214,7 +215,7 @@ def pack_rice(levels, ks, row_bits) -> np.ndarray:
     ceil(max(row_bits)/8)), zero padded (``ks``, ``row_bits`` from :func:`rice_parameters`)."""
     nbytes = -(-int(row_bits.max(initial=0)) // _BYTE)
     out = np.zeros((levels.shape[0], nbytes), dtype=np.uint8)
-    _pack_rice_kernel(levels, ks, out)
+    run(_pack_rice_kernel, levels.size, levels, ks, out)
     return out
 
 
@@ -296,7 +297,7 @@ def unpack_rice(packed, q: int, max_level: int) -> tuple:
     """
     levels = np.empty((packed.shape[0], q), dtype=np.int64)
     nbits = np.empty(packed.shape[0], dtype=np.int64)
-    _unpack_rice_kernel(packed, levels, nbits, int(max_level))
+    run(_unpack_rice_kernel, levels.size, packed, levels, nbits, int(max_level))
     if np.any(nbits < 0):
         raise ValueError("corrupt Rice payload: a code runs past its row's length or codes a level above s.")
     return levels, nbits

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
 from .base import Compressor, Message, _as_rows, uniform_rows
 from ._noise import max_norm_estimate, norm2_estimate
 from .streams import ClientStreams, fill_uniform_row
@@ -117,7 +118,7 @@ class BlockP(Compressor):
         norms = float32_norms_up(block_norms(x, bl, self.p))
         codes = np.zeros((x.shape[0], _n_bytes(x.shape[1])), dtype=np.uint8)
         if isinstance(rng, ClientStreams):
-            _quantise_pack_stream(x, *rng.reserve(x.shape[0]), norms, bl, codes)
+            run(_quantise_pack_stream, x.size, x, *rng.reserve(x.shape[0]), norms, bl, codes)
         else:
             _quantise_pack(x, uniform_rows(rng, *x.shape), norms, bl, codes)
         return self._message(x.shape[0], x.shape[1], {"norms": norms, "codes": codes}, bl)

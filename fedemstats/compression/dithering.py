@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
 from .base import Compressor, Message, _as_rows, uniform_rows
 from ._noise import max_norm_estimate, norm2_estimate
 from .streams import ClientStreams, fill_uniform_row
@@ -221,7 +222,7 @@ class RandomDithering(Compressor):
         offset = self.s if self.coding == "fixed" else 0
         levels = np.empty(x.shape, dtype=np.int32)
         if isinstance(rng, ClientStreams):
-            _levels_stream_kernel(x, *rng.reserve(x.shape[0]), norms, bl, self.s, offset, levels)
+            run(_levels_stream_kernel, x.size, x, *rng.reserve(x.shape[0]), norms, bl, self.s, offset, levels)
         else:
             _levels_kernel(x, uniform_rows(rng, *x.shape), norms, bl, self.s, offset, levels)
         return levels, norms, bl

@@ -22,6 +22,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .._threads import run
+
 __all__ = ["ClientStreams", "stream_keys", "numpy_philox", "fill_uniform_row", "fmix64", "philox4x64", "MAX_ID"]
 
 #: round numbers and client ids are packed into one uint64 as (round << 32) | client
@@ -246,7 +248,7 @@ class ClientStreams:
     def uniform(self, width: int) -> np.ndarray:
         """U[0, 1) doubles of shape (m, width); row ``j`` from client ``clients[j]``'s stream."""
         out = np.empty((self.n_rows, int(width)), dtype=np.float64)
-        _uniform_kernel(self.keys, self._lane(), out)
+        run(_uniform_kernel, out.size, self.keys, self._lane(), out)
         return out
 
     def uint64(self) -> np.ndarray:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
+
 __all__ = ["local_kmeans_all", "systematic_rows"]
 
 
@@ -188,6 +190,6 @@ def local_kmeans_all(X, seg, ks, rng, n_iter, max_rows):
         rows, sample_seg = systematic_rows(np.asarray(seg, dtype=np.int64), max_rows, u[:, K])
         rows = np.arange(X.shape[0]) if rows is None else rows
         labels = np.full(rows.size, -1, dtype=np.int64)
-        _all_clients(np.asarray(X, dtype=np.float64), rows, sample_seg, np.asarray(ks, dtype=np.int64), u,
-                     int(n_iter), centres, counts, labels)
+        run(_all_clients, rows.size * X.shape[1] * K * int(n_iter), np.asarray(X, dtype=np.float64), rows, sample_seg,
+            np.asarray(ks, dtype=np.int64), u, int(n_iter), centres, counts, labels)
     return centres, counts, np.minimum(np.diff(seg), max_rows), rows, labels

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
+
 __all__ = ["CHUNK_FLOATS", "BLAS_MIN_ROWS", "missing_patterns", "rows_per_chunk", "segment_owner", "segment_sums",
            "segment_scatter", "segment_column_sums"]
 
@@ -139,8 +141,9 @@ def segment_scatter(X, seg, centre, scale):
         _blas_scatter(X, seg[g], seg[g + 1], centre[g], scale, sums[g], scatter[g])
     small = np.flatnonzero(sizes < BLAS_MIN_ROWS)
     if small.size:
-        _small_segment_scatter(np.ascontiguousarray(X), np.asarray(seg, dtype=np.int64), small, centre, scale,
-                               sums, scatter)
+        X = np.ascontiguousarray(X)
+        run(_small_segment_scatter, X.size * X.shape[1], X, np.asarray(seg, dtype=np.int64), small, centre, scale,
+            sums, scatter)
     return sums, scatter
 
 
@@ -163,5 +166,6 @@ def segment_column_sums(X, seg, centre=None, square=False) -> np.ndarray:
     n_seg = seg.size - 1
     centre = np.zeros((n_seg, X.shape[1])) if centre is None else np.ascontiguousarray(centre, dtype=np.float64)
     out = np.zeros((n_seg, X.shape[1]))
-    _column_sums(np.ascontiguousarray(X), np.asarray(seg, dtype=np.int64), centre, bool(square), out)
+    X = np.ascontiguousarray(X)
+    run(_column_sums, X.size, X, np.asarray(seg, dtype=np.int64), centre, bool(square), out)
     return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._threads import run
 from ..layout import upper_indices
 
 __all__ = ["PackedWhitening", "apply_rows", "MAX_PACKED_FEATURES"]
@@ -125,7 +126,8 @@ class PackedWhitening:
     def apply(self, x, forward):
         """Forward (``forward``) or inverse map of rows x (n, q) -> (n, q)."""
         ptr, cols, vals = self.fwd_csr if forward else self.inv_csr
-        return apply_rows(np.ascontiguousarray(x, dtype=np.float64), ptr, cols, vals)
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        return run(apply_rows, x.size, x, ptr, cols, vals)
 
 
 @njit(cache=True)

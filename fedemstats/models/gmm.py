@@ -12,6 +12,7 @@ import numpy as np
 
 from .._linalg import (LOG_2PI, REPAIR_RIDGE_FRACTION, empirical_floor, inv_cholesky_upper,
                        log_det_triangular, logsumexp, scaled_cholesky, symmetrize)
+from .._threads import run
 from .._validation import check_array_2d, check_int, check_positive, check_rng
 from ..layout import SYMMETRIC, StatLayout
 from . import _gmm_kernels as _k
@@ -81,7 +82,7 @@ def estimate_log_prob_resp(X, theta: GMMParams, shift=None):
         raise ValueError(f"X has {X.shape[1]} features; the model has {theta.n_features}.")
     shift = np.zeros(X.shape[1]) if shift is None else np.asarray(shift, dtype=np.float64)
     means, tri, diag, const = _kernel_arrays(theta, shift)
-    wlp = _k.weighted_log_prob(X, shift, means, tri, diag, const)
+    wlp = run(_k.weighted_log_prob, X.size * means.shape[0], X, shift, means, tri, diag, const)
     log_norm = logsumexp(wlp, axis=1)
     with np.errstate(invalid="ignore"):
         return log_norm, wlp - log_norm[:, None]
