@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedemstats"
 
 #: bottom to top; a file may import its own layer (without a circle) and the layers below
 LAYERS = (
-    ("layout", "_validation", "_ranges", "_grouping", "_linalg", "ledger", "datasets", "_io"),
+    ("layout", "_validation", "_threads", "_ranges", "_grouping", "_linalg", "ledger", "datasets", "_io"),
     ("federation", "participation", "compression", "privacy"),
     ("models", "algorithms", "neural"),
     ("estimators", "flower", "diagnostics"),
