@@ -11,11 +11,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
 from .._validation import check_missing_input, check_rng
+from ..models._summaries import nan_moments
 from ..models.gaussian_missing import GaussianMissingModel
 from ..models.gmm_init import INIT_METHODS
 from ..models.gmm_missing import MISSING_COVARIANCE_TYPES, GaussianMixtureMissingModel
 from ..models.poisson_mixture import PoissonMixtureModel, check_counts
 from ._base import DEFAULT_ONLINE_POWER, FederatedEMMixin
+from .mixture import warn_if_reg_covar_dominates
 
 __all__ = ["FederatedImputer", "IMPUTER_MODELS"]
 
@@ -51,7 +53,10 @@ class FederatedImputer(FederatedEMMixin, TransformerMixin, BaseEstimator):
     reg_covar : float, default=1e-6
         Added to covariance diagonals. ``"gaussian"``: in units of each column's variance (the
         pooled public scale), so imputations are equivariant to rescaling a column; ``"gmm"``: in
-        original units, as scikit-learn's ``GaussianMixture``.
+        original units, as scikit-learn's ``GaussianMixture`` (``fit`` warns when it is more than 1 %
+        of a column's variance: the fitted variances of such a column are then mostly ``reg_covar``,
+        its likelihood hardly depends on its means, and compressed fits impute it no better than
+        noise; standardise such data).
     missing_values : float or int, default=np.nan
         The placeholder for missing values; all its occurrences are imputed.
     add_indicator : bool, default=False
@@ -204,6 +209,9 @@ random_state, verbose, verbose_interval
             check_counts(X_flat, columns=self._column_names)  # rows in the order the user passed them
         rng = check_rng(self.random_state)
         model = self._make_model(fed)
+        if self.model == "gmm":  # its reg_covar is in the data's units, as FederatedGaussianMixture's
+            mean, cov = nan_moments(fed)  # cached: the model's public centring computed them
+            warn_if_reg_covar_dominates(mean, np.diag(cov), self.reg_covar)
         if self.model == "gaussian":
             n_init, initial_theta = 1, lambda: model.init_theta(fed, rng=rng)
         else:
