@@ -3,7 +3,6 @@ size is restored after them, also when the kernel raises."""
 import numba
 import numpy as np
 import pytest
-from numba import njit
 
 from fedemstats import _threads
 from fedemstats._threads import SERIAL_BELOW, run
@@ -13,12 +12,11 @@ from fedemstats.compression.streams import ClientStreams
 pytestmark = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs a pool of 2 threads")
 
 
-@njit
 def _threads_seen(x):
+    """Stands for a kernel: the pool size a parallel region entered now would use."""
     return numba.get_num_threads()
 
 
-@njit
 def _raises(x):
     raise ValueError("kernel failed")
 
