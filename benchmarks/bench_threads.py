@@ -5,7 +5,7 @@
 pool (``SERIAL_BELOW = 0``, the package before). Each fit runs in a fresh process, after a
 warm-up fit (compilation untimed), once alone and once with a copy of itself in a second
 process at the same time (two jobs on one machine; the table's "pair" is the slower of the two),
-REPEATS times with the policies interleaved; the table gives the medians, and ours / reference
+five times (REPEATS) with the policies interleaved; the table gives the medians, and ours / reference
 as a ratio. Same seed, same fit: the kernels' results do not depend on the thread count, and
 the runner checks that the fitted log-likelihoods agree.
 
