@@ -35,8 +35,10 @@ def run(kernel, work, *args):
     *args
         The kernel's arguments.
     """
+    if work >= SERIAL_BELOW:
+        return kernel(*args)
     previous = numba.get_num_threads()
-    if work >= SERIAL_BELOW or previous == 1:
+    if previous == 1:
         return kernel(*args)
     numba.set_num_threads(1)
     try:

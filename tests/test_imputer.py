@@ -212,7 +212,7 @@ def test_gaussian_imputer_is_equivariant_to_one_column_in_huge_units():
 
 def test_gmm_imputer_warns_when_reg_covar_dominates_a_column():
     """The "gmm" model keeps reg_covar in the data's units (as FederatedGaussianMixture, which warns
-    too). Wine with seven columns in units 1e-6 (variances 1e-14 to 1e-11): their fitted variances
+    too). Wine with seven columns in units 1e-6 (variances 1.5e-14 to 1e-7): their fitted variances
     were reg_covar, their likelihood hardly depended on their means, and compressed fits imputed
     them 1.4 to 3.5 times worse (RMSE in standard units) than exact EM, silently. "gaussian" (whose
     reg_covar is relative) and standardised data do not warn."""
