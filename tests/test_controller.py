@@ -43,6 +43,50 @@ def test_no_convergence_window_straddles_a_rejection():
     assert not ctl.converged(cs, -1.0, 0.0, tol=1e-3)[0]
 
 
+def _held(ctl, tol=1e-3):
+    """A run whose other convergence tests hold: flat log-likelihood, moving, no field or noise."""
+    cs = _accepted(ctl, ll=-1.0)
+    cs.noise_avg, cs.total_avg = 0.0, 0.0
+    return cs
+
+
+def test_no_convergence_before_every_client_reported_since_the_tests_last_failed():
+    """4 clients, partial participation: the tests hold from the start, client 3 sits out. An
+    absent client's memory misses what the iterate's moves did to its statistic."""
+    ctl = StepController(None, stochastic=True)
+    cs = _held(ctl)
+    for _ in range(CONVERGENCE_PATIENCE + 5):
+        assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0, 1, 2]))[0]
+    # client 3 reports this round: its message enters the averages the *next* test reads
+    assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([3]))[0]
+    assert ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0]))[0]
+
+
+def test_a_failed_test_restarts_the_count_of_clients_heard():
+    ctl = StepController(None, stochastic=True)
+    cs = _held(ctl)
+    for _ in range(CONVERGENCE_PATIENCE + 1):
+        ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.arange(4))
+    assert ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0, 1]))[0]  # all four heard since
+    cs.total_avg = 1.0  # a mean field: the test fails, and what was heard before counts no more
+    assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0, 1]))[0]
+    cs.total_avg = 0.0
+    assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([2]))[0]  # 3 not heard since
+    assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([3]))[0]
+    assert ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0]))[0]
+
+
+def test_full_participation_converges_where_the_other_tests_first_hold():
+    """Every client reports every round: the count adds no round (as before it existed)."""
+    ctl = StepController(None, stochastic=True)
+    cs = _held(ctl)
+    cs.total_avg = 1.0
+    for _ in range(CONVERGENCE_PATIENCE + 2):
+        assert not ctl.converged(cs, -1.0, 0.0, 1e-3)[0]
+    cs.total_avg = 0.0
+    assert ctl.converged(cs, -1.0, 0.0, 1e-3)[0]
+
+
 def test_a_fixed_step_too_large_for_the_noise_never_converges():
     """Flat log-likelihood, no mean field, but the step's jitter ½γ/(2−γ)·Var exceeds tol/2."""
     tol, gamma = 1e-3, 0.3

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..models._geometry import TRUST_RATIO
 from .convergence import (CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW, STOCHASTIC_TOL_FRACTION,  # noqa: F401
-                          WINDOW_SE_FRACTION, window_converged)
+                          WINDOW_SE_FRACTION, everyone_reported, window_converged)
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "NOISE_STEP_MAX", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
@@ -112,6 +112,9 @@ class ControllerState:
         A bound on "auto"'s γ that replaces the mini-batch decay k^(-MINIBATCH_DECAY) when set:
         VR-FedEM's, from the noise its workers' statistics are found to carry at each refresh
         (:func:`.vr_fedem.spider_ceiling`).
+    unseen : ndarray of bool of shape (n_clients,) or None
+        Clients that have not reported since the convergence test last failed
+        (:func:`.convergence.everyone_reported`).
     """
 
     loglik_memory: np.ndarray
@@ -130,6 +133,7 @@ class ControllerState:
     probing: bool = False
     step_sigma: float = 0.0
     ceiling: float | None = None
+    unseen: np.ndarray | None = None
 
     @property
     def field_sq(self) -> float:
@@ -346,7 +350,7 @@ class StepController:
         spread = max(cs.noise_avg + max(downlink_noise, 0.0) * cs.total_avg, 0.0)
         cs.step_sigma = float(cs.last_move * np.sqrt(cs.field_sq * spread))
 
-    def converged(self, cs, loglik, variance, tol) -> tuple:
+    def converged(self, cs, loglik, variance, tol, active=None) -> tuple:
         """The convergence test of this round; returns (converged, gain per unit step).
 
         Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs, three tests:
@@ -356,17 +360,17 @@ class StepController:
           |ℓ̂_k − ℓ̂_{k−W}| / Σ γ t (a small step does not fake convergence) is not two standard
           errors above b = STOCHASTIC_TOL_FRACTION · ``tol``, and its standard error is below
           WINDOW_SE_FRACTION · b (the estimated gain is then below ``tol``);
-        * an EM step would gain less than b: half the estimated squared mean field in the
-          model's geometry weighted by ρ = ``cs.gain_ratio`` (1 / π_k on a mixture's component k),
-          ½ ρ (E‖P H‖² − Var P H), ≈ Q, the complete-data gain of an exact EM step, is below b.
-          This is exact EM's own rule (its last step gained less than ``tol``) made stricter: a
-          step gains between Q and 2Q, 2Q in EM's slow phase, and the estimate is tested every
-          round, so the first round whose noise takes it under the bound stops the run. A run
-          stalled by noise gains nothing per step but fails this;
+        * an EM step would gain less than b: ½ ρ (E‖P H‖² − Var P H), the estimated squared mean
+          field in the model's geometry weighted by ρ = ``cs.gain_ratio`` (1 / π_k on a mixture's
+          component k), ≈ Q, the complete-data gain of an exact EM step, is below b: exact EM's
+          rule made stricter (a step gains between Q and 2Q, and the estimate is tested every
+          round). A run stalled by noise gains nothing per step but fails this;
         * the log-likelihood the step's own jitter costs at stationarity, ½ ρ γ / (2 − γ) Var P H,
-          is below b (a fixed step too large for the noise never gets within tol).
+          is below b (a fixed step too large for the noise never gets within tol);
 
-        The gain reported is the one-round gain per unit step.
+        and every client has reported since the tests last failed (``active``: this round's
+        clients, None for all; :func:`.convergence.everyone_reported`). The gain reported is
+        the one-round gain per unit step.
         """
         previous, cs.previous = cs.previous, (loglik, variance)
         move_before = cs.last_move  # γ·t of the step that led here
@@ -377,8 +381,6 @@ class StepController:
         if not self.stochastic:
             return bool(abs(change) < tol), change
         gain = change / move_before if move_before > 0.0 else np.nan
-        # a stalled run (noise as large as the step's progress) gains nothing per step either;
-        # it is told apart by its mean field, which is not small: ½‖P h‖² ≈ an EM step's gain
         if cs.total_avg is None or not self.full_batch:
             # a mini-batch log-likelihood carries sampling noise no variance here accounts for:
             # such runs go to max_iter (as online EM's fixed number of passes)
@@ -387,9 +389,10 @@ class StepController:
         # still gained 1.5 tol; unweighted (ρ = 1), raw wine's mixture over 3-row clients too
         rho = cs.gain_ratio or 1.0
         field = 0.5 * rho * cs.field_sq
-        # a fixed step γ keeps the iterate jittering around the fixed point: its stationary
-        # error has a variance ≈ γ / (2 − γ) · Var P H, which costs half that in log-likelihood;
-        # a step too large for the noise never gets within tol, so it must not say it did
+        # a fixed step's stationary jitter has variance ≈ γ / (2 − γ) · Var P H (half that in ℓ)
         jitter = 0.5 * rho * cs.gamma_prev / (2.0 - cs.gamma_prev) * cs.noise_avg
         bound = STOCHASTIC_TOL_FRACTION * tol
-        return window_converged(cs.trail, tol) and field < bound and jitter < bound, gain
+        held = window_converged(cs.trail, tol) and field < bound and jitter < bound
+        n = cs.loglik_memory.shape[0]
+        covered, cs.unseen = everyone_reported(cs.unseen, held, np.arange(n) if active is None else active, n)
+        return held and covered, gain
