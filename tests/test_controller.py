@@ -9,6 +9,7 @@ from fedemstats.algorithms.controller import (AUTO_GAMMA_MIN, CAP_MIN, CONVERGEN
                                               DROP_SIGMAS, DROP_TOL_FRACTION, NOISE_STEP_MAX,
                                               ROUNDOFF, STOCHASTIC_TOL_FRACTION, WINDOW_SE_FRACTION,
                                               StepController, running_average)
+from fedemstats.algorithms.convergence import MUST_HEAR_WEIGHT
 
 
 def _accepted(ctl, ll=-8.391, gamma=0.3):
@@ -74,6 +75,24 @@ def test_a_failed_test_restarts_the_count_of_clients_heard():
     assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([2]))[0]  # 3 not heard since
     assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([3]))[0]
     assert ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0]))[0]
+
+
+def test_only_clients_heavy_enough_to_move_the_field_alone_must_be_heard():
+    """200 clients: one holds half the weight, the others 1/398 each (< MUST_HEAR_WEIGHT). The
+    heavy one must have reported since the tests last failed; the light ones need not all have."""
+    n = 200
+    weights = np.full(n, 0.5 / (n - 1))
+    weights[0] = 0.5
+    assert weights[1] < MUST_HEAR_WEIGHT <= weights[0]
+    ctl = StepController(None, stochastic=True)
+    cs = ctl.start(np.zeros(n))
+    ctl.accept(cs, np.zeros(3), -1.0, 0.0, 0.3, 1.0)
+    cs.noise_avg, cs.total_avg = 0.0, 0.0
+    light = np.arange(1, 11)  # ten light clients a round; most are never heard
+    for _ in range(CONVERGENCE_PATIENCE + 5):
+        assert not ctl.converged(cs, -1.0, 0.0, 1e-3, active=light, weights=weights)[0]
+    ctl.converged(cs, -1.0, 0.0, 1e-3, active=np.array([0]), weights=weights)
+    assert ctl.converged(cs, -1.0, 0.0, 1e-3, active=light, weights=weights)[0]
 
 
 def test_full_participation_converges_where_the_other_tests_first_hold():
