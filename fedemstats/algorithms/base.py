@@ -235,7 +235,7 @@ class Algorithm(RoundZero):
         if project is not None:
             h = project(state.s_hat + h) - state.s_hat
         ll, var = ctl.loglik(cs, weights, active, pi, loglik) if active.size else (np.nan, np.inf)
-        converged, gain = ctl.converged(cs, ll, var, tol, active, weights)
+        converged, gain = ctl.converged(cs, ll, var, tol, active)
         row = {"loglik": ll, "loglik_se": float(np.sqrt(var)), "gain": gain, "converged": converged,
                "rejected": False, "step_fraction": 1.0, "trust_ratio": np.nan, "noise_ratio": np.nan}
         if ctl.rejects(cs, ll, var, tol or 0.0):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..models._geometry import TRUST_RATIO
 from .convergence import (CONVERGENCE_PATIENCE, CONVERGENCE_WINDOW, STOCHASTIC_TOL_FRACTION,  # noqa: F401
-                          WINDOW_SE_FRACTION, heavy_clients_heard, window_converged)
+                          WINDOW_SE_FRACTION, everyone_reported, window_converged)
 
 __all__ = ["ControllerState", "StepController", "AUTO_GAMMA_MIN", "NOISE_STEP_MAX", "AUTO_GROWTH", "NOISE_MEMORY",
            "DROP_SIGMAS", "DROP_TOL_FRACTION", "CAP_MIN", "CONVERGENCE_PATIENCE", "CONVERGENCE_WINDOW",
@@ -113,8 +113,8 @@ class ControllerState:
         VR-FedEM's, from the noise its workers' statistics are found to carry at each refresh
         (:func:`.vr_fedem.spider_ceiling`).
     unseen : ndarray of bool of shape (n_clients,) or None
-        Clients that have not reported since the convergence tests last failed
-        (:func:`.convergence.heavy_clients_heard`).
+        Clients that have not reported since the convergence test last failed
+        (:func:`.convergence.everyone_reported`).
     """
 
     loglik_memory: np.ndarray
@@ -350,7 +350,7 @@ class StepController:
         spread = max(cs.noise_avg + max(downlink_noise, 0.0) * cs.total_avg, 0.0)
         cs.step_sigma = float(cs.last_move * np.sqrt(cs.field_sq * spread))
 
-    def converged(self, cs, loglik, variance, tol, active=None, weights=None) -> tuple:
+    def converged(self, cs, loglik, variance, tol, active=None) -> tuple:
         """The convergence test of this round; returns (converged, gain per unit step).
 
         Exact EM: |ℓ_k − ℓ_{k−1}| < tol (scikit-learn's rule). Stochastic runs, three tests:
@@ -368,9 +368,9 @@ class StepController:
         * the log-likelihood the step's own jitter costs at stationarity, ½ ρ γ / (2 − γ) Var P H,
           is below b (a fixed step too large for the noise never gets within tol);
 
-        and every client of weight >= MUST_HEAR_WEIGHT has reported since they last failed
-        (``active``: this round's clients, None for all; ``weights``: the clients', None for
-        equal; :func:`.convergence.heavy_clients_heard`). The gain is per unit step.
+        and every client has reported since the tests last failed (``active``: this round's
+        clients, None for all; :func:`.convergence.everyone_reported`). The gain reported is
+        the one-round gain per unit step.
         """
         previous, cs.previous = cs.previous, (loglik, variance)
         move_before = cs.last_move  # γ·t of the step that led here
@@ -394,6 +394,5 @@ class StepController:
         bound = STOCHASTIC_TOL_FRACTION * tol
         held = window_converged(cs.trail, tol) and field < bound and jitter < bound
         n = cs.loglik_memory.shape[0]
-        covered, cs.unseen = heavy_clients_heard(cs.unseen, held, np.arange(n) if active is None else active,
-                                                 np.full(n, 1.0 / n) if weights is None else weights)
+        covered, cs.unseen = everyone_reported(cs.unseen, held, np.arange(n) if active is None else active, n)
         return held and covered, gain

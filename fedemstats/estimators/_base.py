@@ -23,6 +23,7 @@ from sklearn.utils.validation import validate_data
 
 from .._validation import check_data_range, check_rng
 from ..algorithms.base import V_INIT_CHOICES
+from ..algorithms.convergence import coverage_rounds
 from ..algorithms.step_size import STEP_RULES
 from ..algorithms.online import DEFAULT_ONLINE_POWER, ONLINE_POWER_RANGE
 from ..algorithms.vr_fedem import FULL_BATCH
@@ -166,14 +167,19 @@ class FederatedEMMixin:
 
     def _max_iter_for(self, algo, n_clients) -> int:
         """The M-steps a fit may take: ``max_iter``, or for ``"auto"`` :attr:`_exact_max_iter`,
-        times :data:`NOISY_MAX_ITER_FACTOR` when ``algo`` takes noisy steps and tests convergence
-        (full batches, or VR-FedEM), and :data:`PRIVATE_MAX_ITER` for a private run (``algo`` None)."""
+        times :data:`NOISY_MAX_ITER_FACTOR` plus the rounds to hear every client
+        (:func:`~fedemstats.algorithms.convergence.coverage_rounds`; 0 at full participation)
+        when ``algo`` takes noisy steps and tests convergence (full batches, or VR-FedEM), and
+        :data:`PRIVATE_MAX_ITER` for a private run (``algo`` None)."""
         if self.max_iter != "auto":
             return int(self.max_iter)
         if algo is None:
             return PRIVATE_MAX_ITER
         noisy = self.tol > 0 and algo.tests_convergence() and algo.stochastic(n_clients)
-        return self._exact_max_iter * (NOISY_MAX_ITER_FACTOR if noisy else 1)
+        if not noisy:
+            return self._exact_max_iter
+        # the convergence test waits until every client has reported (convergence.everyone_reported)
+        return self._exact_max_iter * NOISY_MAX_ITER_FACTOR + coverage_rounds(algo.participation.inclusion(n_clients))
 
     def _run_algorithm(self, model, federation, theta0, rng):
         """Run the chosen algorithm for ``max_iter - 1`` rounds after round 0.
