@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_real_data import machine_note  # noqa: E402
 from fedemstats import Federation  # noqa: E402
 from fedemstats.datasets import hide_cells, lagged_years, load_portal_rodents  # noqa: E402
+from fedemstats.diagnostics import em_step_gain  # noqa: E402
 from fedemstats.estimators import FederatedImputer  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "counts.md"
@@ -108,13 +109,10 @@ def fit(X, groups, K, seed, **settings):
             X[rows], groups=groups[rows])
 
 
-def em_step_gain(X, groups, est):
-    """Mean log-likelihood per row that one exact EM step adds to ``est``'s parameters."""
+def fit_gain(X, groups, est):
+    """What one exact EM step adds to ``est``'s parameters, on the rows it was fitted on."""
     rows = fit_rows(X)
-    fed = Federation.from_groups(X[rows], groups[rows], allow_nan=True)[0]
-    model, theta = est.model_, est.theta_
-    after = model.t_map(model.mean_stats(fed, theta))
-    return float(model.log_likelihood(fed.X, after).mean() - model.log_likelihood(fed.X, theta).mean())
+    return em_step_gain(est.model_, Federation.from_groups(X[rows], groups[rows], allow_nan=True)[0], est.theta_)
 
 
 def measure(X, truth, hidden, groups, K, seed):
@@ -126,23 +124,28 @@ def measure(X, truth, hidden, groups, K, seed):
                 "bits": fed.ledger_.total / exact.ledger_.total, "rmse": rmse(fed, X, truth, hidden) / row["rmse"],
                 "tol": fed.tol, "gain": np.nan}
         if verdict(cell) == "below":
-            cell["gain"] = em_step_gain(X, groups, fed)
+            cell["gain"] = fit_gain(X, groups, fed)
         row[p] = cell
     return row
 
 
 def verdict(cell):
+    """within, below, above or ran out; a below fit once measured (``gain``) is stationary or early."""
     if not cell["converged"]:
         return "ran out"
-    return "within" if abs(cell["gap"]) <= LL_TOL else ("below" if cell["gap"] > 0 else "above")
+    if abs(cell["gap"]) <= LL_TOL:
+        return "within"
+    if cell["gap"] < 0:
+        return "above"
+    if np.isnan(cell["gain"]):
+        return "below"
+    return "stationary" if cell["gain"] < cell["tol"] else "early"
 
 
 def label(cell):
-    """The verdict, a below one with its class and the EM step's gain."""
+    """The verdict as the rows print it."""
     v = verdict(cell)
-    if v != "below":
-        return v
-    return f"below ({'stationary' if cell['gain'] < cell['tol'] else 'early'}, EM step {cell['gain']:.1e})"
+    return f"below ({v}, EM step {cell['gain']:.1e})" if v in ("stationary", "early") else v
 
 
 def report(rows, seconds):
@@ -162,11 +165,11 @@ def report(rows, seconds):
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in PARTICIPATIONS:
         cells = [r[p] for r in rows]
-        v = [label(c).split(",")[0] for c in cells]
+        v = [verdict(c) for c in cells]
         bits = [c["bits"] for c in cells]
         slow = [c["rounds"] / r["rounds"] for r, c in zip(rows, cells)]
-        lines.append(f"| {p:g} | {len(cells)} | {v.count('within')} | {v.count('below (stationary')} | "
-                     f"{v.count('below (early')} | {v.count('above')} | {v.count('ran out')} | {np.median(bits):.2f} | "
+        lines.append(f"| {p:g} | {len(cells)} | {v.count('within')} | {v.count('stationary')} | "
+                     f"{v.count('early')} | {v.count('above')} | {v.count('ran out')} | {np.median(bits):.2f} | "
                      f"{max(bits):.2f} | {np.median(slow):.1f} |")
     lines += ["", "## Rows", "",
               "| table | split | K | seed | exact EM: ll, rounds | " + " | ".join(

@@ -41,6 +41,7 @@ from sklearn import datasets
 sys.path.insert(0, str(Path(__file__).parent))
 from _real_runs import WEIGHT_COLLAPSE  # noqa: E402
 from bench_real_data import machine_note  # noqa: E402
+from fedemstats.diagnostics import em_step_gain  # noqa: E402
 from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer  # noqa: E402
 from fedemstats.federation import Federation  # noqa: E402
 from fedemstats.models.factor import FactorAnalysisModel  # noqa: E402
@@ -96,7 +97,7 @@ MODELS = {
 }
 
 
-def em_step_gain(name, X, groups, est):
+def fit_gain(name, X, groups, est):
     """Mean log-likelihood per row one exact EM step adds to ``est``'s parameters (NaN: imputer)."""
     if name.startswith("gmm"):
         warm = dict(weights_init=est.weights_, means_init=est.means_, precisions_init=est.precisions_)
@@ -104,9 +105,8 @@ def em_step_gain(name, X, groups, est):
         return float(step.score(X) - est.score(X))
     if name == "fa":
         fed = Federation.from_groups(X, groups)[0]
-        model = FactorAnalysisModel.from_federation(fed, n_factors=est.components_.shape[0])
-        after = model.t_map(model.mean_stats(fed, est.theta_))
-        return float(model.log_likelihood(X, after).mean() - est.score(X))
+        return em_step_gain(FactorAnalysisModel.from_federation(fed, n_factors=est.components_.shape[0]), fed,
+                            est.theta_)
     return np.nan
 
 
@@ -140,7 +140,7 @@ def measure(tname, X, gname, groups, name):
         verdict = "pass" if within and est.converged_ and not collapsed else None
         gain = np.nan
         if verdict is None:
-            gain = em_step_gain(name, Xm, groups, est)
+            gain = fit_gain(name, Xm, groups, est)
             verdict = ("unconverged" if not est.converged_ else "collapse" if collapsed
                        else "stationary" if gain < est.tol else "early")
         row[p] = {"gap": gap, "verdict": verdict, "rounds": est.n_iter_, "gain": gain,

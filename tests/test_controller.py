@@ -44,7 +44,7 @@ def test_no_convergence_window_straddles_a_rejection():
     assert not ctl.converged(cs, -1.0, 0.0, tol=1e-3)[0]
 
 
-def _held(ctl, tol=1e-3):
+def _held(ctl):
     """A run whose other convergence tests hold: flat log-likelihood, moving, no field or noise."""
     cs = _accepted(ctl, ll=-1.0)
     cs.noise_avg, cs.total_avg = 0.0, 0.0

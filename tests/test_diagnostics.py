@@ -26,6 +26,16 @@ def test_mean_field_of_the_toy_model_is_pooled_mean_minus_s():
     assert dg.mean_field_norm2(model, fed, fed.X.mean(0)) < 1e-25
 
 
+def test_em_step_gain_of_the_toy_model_is_half_the_squared_distance_to_the_pooled_mean():
+    """x ~ N(μ, I): one EM step goes to the pooled mean x̄, and the mean of −½‖x − μ‖² rises by
+    ½‖μ − x̄‖² (closed form, independent of the model code)."""
+    fed, model = toy()
+    theta = np.array([1.0, -2.0, 0.5])
+    gain = dg.em_step_gain(model, fed, theta)
+    assert gain == pytest.approx(0.5 * np.sum((theta - fed.X.mean(0)) ** 2), rel=1e-12)
+    assert abs(dg.em_step_gain(model, fed, fed.X.mean(0))) < 1e-12
+
+
 def test_fedem_history_h_norm2_matches_the_diagnostic():
     fed, model = toy()
     res = FedEM(model, step_size=0.5, track_h=True).run(fed, np.zeros(3), 3, 0)

@@ -1,4 +1,4 @@
-"""Diagnostics for the theory of FedEM / VR-FedEM (paper 003): mean field, empirical ω,
+"""Diagnostics for the theory of FedEM / VR-FedEM (paper 003): mean field, one EM step's gain, empirical ω,
 the theorems' step-size bounds, and convergence tables against rounds, epochs and bits.
 
 Equation numbers refer to paper 003 (Dieuleveut, Fort, Moulines, Robin, "Federated
@@ -9,13 +9,14 @@ theorem bounds live beside the step-size schedules
 """
 from ..algorithms.step_size import (compression_regime_ratio, em_gamma_max, fedem_gamma_max, vr_fedem_batch_size,
                                     vr_fedem_gamma)
-from ..models.base import mean_field, mean_field_norm2
+from ..models.base import em_step_gain, mean_field, mean_field_norm2
 from .convergence import X_AXES, convergence_table, first_reach, rounds_to_reach
 from .omega import OmegaEstimate, empirical_omega, omega_test_vectors, worst_case_omega
 from .plots import plot_convergence
 
 __all__ = [
-    "mean_field", "mean_field_norm2", "OmegaEstimate", "empirical_omega", "omega_test_vectors",
+    "mean_field", "mean_field_norm2", "em_step_gain", "OmegaEstimate", "empirical_omega",
+    "omega_test_vectors",
     "worst_case_omega", "fedem_gamma_max", "em_gamma_max", "vr_fedem_gamma", "vr_fedem_batch_size",
     "compression_regime_ratio", "convergence_table", "first_reach", "rounds_to_reach", "plot_convergence",
     "X_AXES",

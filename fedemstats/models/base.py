@@ -23,7 +23,7 @@ from ..federation import Federation
 from ..layout import StatLayout
 from ._geometry import Geometry, IdentityGeometry
 
-__all__ = ["Model", "mean_field", "mean_field_norm2"]
+__all__ = ["Model", "mean_field", "mean_field_norm2", "em_step_gain"]
 
 
 def mean_field(model, federation, s) -> np.ndarray:
@@ -48,6 +48,29 @@ def mean_field_norm2(model, federation, s) -> float:
     """||h(s)||², the ε-stationarity measure of Theorems 1 and 3 of paper 003."""
     h = mean_field(model, federation, s)
     return float(h @ h)
+
+
+def em_step_gain(model, federation, theta) -> float:
+    """Mean log-likelihood per row that one exact EM step from ``theta`` adds (one full pass).
+
+    ℓ(T(Σ_i w_i s̄_i(θ))) − ℓ(θ), ℓ the mean of ``model.log_likelihood`` over the
+    federation's rows: at least 0 (EM never lowers the likelihood), and below ``tol`` where
+    exact EM's own rule (scikit-learn's) would stop. It tells a fit that stopped at a
+    stationary point from one that stopped early.
+
+    Parameters
+    ----------
+    model : Model
+    federation : Federation
+    theta : parameters
+        E.g. a fitted estimator's ``theta_``, with the model it was fitted with.
+
+    Returns
+    -------
+    float
+    """
+    after = model.t_map(model.mean_stats(federation, theta))
+    return float(model.log_likelihood(federation.X, after).mean() - model.log_likelihood(federation.X, theta).mean())
 
 
 class Model:
