@@ -53,6 +53,11 @@ class Participation:
         """Inclusion probabilities of all clients, shape (n_clients,)."""
         raise NotImplementedError
 
+    def everyone(self, round_, n_clients):
+        """The active set of a round that asks every client (FedEM's fine start), π = 1:
+        ``(arange(n_clients), ones(n_clients))``; draws nothing."""
+        return np.arange(n_clients, dtype=np.int64), np.ones(n_clients)
+
     def expected_fraction(self, n_clients) -> float:
         return float(self.inclusion(n_clients).mean())
 
@@ -152,7 +157,12 @@ class WithAbsences(Participation):
         return self.base.fixed_size
 
     def sample(self, round_, n_clients, rng):
-        active, pi = self.base.sample(round_, n_clients, rng)
+        return self._answered(round_, *self.base.sample(round_, n_clients, rng))
+
+    def everyone(self, round_, n_clients):
+        return self._answered(round_, *self.base.everyone(round_, n_clients))
+
+    def _answered(self, round_, active, pi):
         keep = ~np.isin(active, list(self.absent.get(int(round_), ())))
         return active[keep], pi[keep]
 

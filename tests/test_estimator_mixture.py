@@ -152,9 +152,14 @@ def test_list_of_clients_equals_groups_and_history_columns():
 
 def test_partial_participation_and_sampling_api():
     X, groups, centers = heterogeneous_problem()
-    gm = FederatedGaussianMixture(3, compressor="dither:s=4", participation=5, max_iter=60,
+    # tol=0: all 60 rounds (from this start the fit converges within the fine start)
+    gm = FederatedGaussianMixture(3, compressor="dither:s=4", participation=5, max_iter=60, tol=0.0,
                                   means_init=centers + 0.2, random_state=0).fit(X, groups=groups)
-    assert set(gm.history_["n_active"][1:]) == {5}
+    assert len(gm.history_) == 60  # round 0 counts as one of max_iter
+    # the fine start's rounds hear every client, then 5 are sampled a round
+    n_active = gm.history_["n_active"].to_numpy()
+    assert set(n_active[1:1 + FINE_START_ROUNDS]) == {np.unique(groups).size}
+    assert set(n_active[1 + FINE_START_ROUNDS:]) == {5}
     order = np.argsort(gm.means_[:, 0])
     np.testing.assert_allclose(gm.means_[order], centers[np.argsort(centers[:, 0])], atol=0.3)
     Xs, labels = gm.sample(50)

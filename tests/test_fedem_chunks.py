@@ -33,10 +33,10 @@ def _run(fed, model, theta0, rounds, **kw):
                                 dict(compressor="dither:s=4", batch_size=3)])
 def test_chunked_rounds_equal_one_chunk(monkeypatch, kw):
     fed, model, theta0 = _problem(40)
-    whole = _run(fed, model, theta0, 6, **kw)
+    whole = _run(fed, model, theta0, 10, **kw)  # past the fine start: 5 sampled rounds
     # 3 clients per chunk: 14 chunks per round
     monkeypatch.setattr(fedem_module, "CHUNK_ENTRIES", 3 * model.q)
-    chunked = _run(fed, model, theta0, 6, **kw)
+    chunked = _run(fed, model, theta0, 10, **kw)
     # the clients' memories and messages are row-wise and identical; the server's sums
     # differ only by the order of additions
     np.testing.assert_allclose(chunked.state.v_clients, whole.state.v_clients, rtol=0, atol=1e-12)

@@ -1,7 +1,8 @@
 """Issue 11: the fine start (``fedemstats.algorithms.fine_start``).
 
 * which runs have one: a lossy compressor coarser than 64 levels, in FedEM only;
-* its rounds are exactly the first rounds of a 64-level run, and the ledger counts them;
+* its rounds hear every client, whatever the participation, and are exactly the first rounds
+  of a 64-level run with every client, and the ledger counts them;
 * the running noise estimates restart when the run's own compressor takes over;
 * a client that missed rounds decodes each broadcast update with the compressor of its round;
 * on the Portal counts the first step is no longer cut to half by the trust region, as a
@@ -67,11 +68,12 @@ def test_vr_fedem_and_private_fedem_have_no_fine_start(diabetes):
 
 
 def test_fine_rounds_are_a_64_level_runs_first_rounds(diabetes):
-    """Same α and streams: rounds 1..3 of dither:s=4 are those of dither:s=64 bit for bit (iterate,
-    memories, ledger); round 4 sends the coarse quantiser's fewer bits."""
+    """Same α and streams: the fine rounds of dither:s=4 at p = 0.5 are those of dither:s=64 with
+    every client bit for bit (iterate, memories, ledger); the first coarse round samples clients
+    and sends the coarse quantiser's fewer bits per client."""
     fed, model, theta0 = diabetes
-    runs = [FedEM(model, compressor=c, alpha=0.5, participation=0.5, fine_start=f).start(fed, theta0, 3)
-            for c, f in [("dither:s=4", True), (f"dither:s={FINE_START_LEVELS}", False)]]
+    runs = [FedEM(model, compressor=c, alpha=0.5, participation=p, fine_start=f).start(fed, theta0, 3)
+            for c, p, f in [("dither:s=4", 0.5, True), (f"dither:s={FINE_START_LEVELS}", 1.0, False)]]
     for _ in range(FINE_START_ROUNDS):
         rows = [r.step() for r in runs]
         assert rows[0]["uplink_bits"] == rows[1]["uplink_bits"] > 0
@@ -80,7 +82,8 @@ def test_fine_rounds_are_a_64_level_runs_first_rounds(diabetes):
         np.testing.assert_array_equal(runs[0].state.v_clients, runs[1].state.v_clients)
     assert runs[0].history["downlink_bits"].sum() > 0  # the fine steps were broadcast and caught up with
     rows = [r.step() for r in runs]
-    assert rows[0]["uplink_bits"] < 0.75 * rows[1]["uplink_bits"], rows
+    per_client = [r.history["uplink_bits"].iloc[-1] / r.history["n_active"].iloc[-1] for r in runs]
+    assert per_client[0] < 0.75 * per_client[1], rows
     for run in runs:
         assert run.ledger.total == int(run.history["cumulative_bits"].iloc[-1])
 
@@ -90,8 +93,8 @@ def test_fine_rounds_absorb_their_messages_with_the_fine_compressors_alpha(diabe
     64-level run's (whose α is the fine one) bit for bit, memories included; then the coarse α
     takes over. A given α holds in every round."""
     fed, model, theta0 = diabetes
-    runs = [FedEM(model, compressor=c, participation=0.5, fine_start=f).start(fed, theta0, 3)
-            for c, f in [("dither:s=4", True), (f"dither:s={FINE_START_LEVELS}", False)]]
+    runs = [FedEM(model, compressor=c, participation=p, fine_start=f).start(fed, theta0, 3)
+            for c, p, f in [("dither:s=4", 0.5, True), (f"dither:s={FINE_START_LEVELS}", 1.0, False)]]
     fine, coarse = runs[0].alphas
     assert runs[1].alphas == (fine, fine)
     assert coarse == runs[0].algorithm.resolved_alpha(runs[0].algorithm.client_geometry(theta0, runs[0].state.s_hat))
@@ -147,6 +150,31 @@ def test_the_step_rules_noise_average_restarts_when_the_coarse_quantiser_takes_o
     assert restarted == [0, FINE_START_ROUNDS]
 
 
+@pytest.mark.parametrize("participation", [0.3, 4])
+def test_the_fine_rounds_hear_every_client_then_clients_are_sampled(diabetes, participation):
+    """Bernoulli and fixed-size sampling alike: the fine start's rounds take every client with π = 1
+    (as round 0 does), the later rounds a sample; without a fine start the sample starts at round 1."""
+    fed, model, theta0 = diabetes
+    n = fed.n_clients
+    for kwargs, fine in [(dict(compressor="dither:s=4"), FINE_START_ROUNDS),
+                         (dict(compressor="dither:s=4", fine_start=False), 0),
+                         (dict(compressor=f"dither:s={FINE_START_LEVELS}"), 0)]:
+        algo = FedEM(model, participation=participation, **kwargs)
+        rng = np.random.default_rng(1)
+        for k in range(ROUNDS):
+            active, pi = algo.sample_round(k, n, rng)
+            if k < fine:
+                np.testing.assert_array_equal(active, np.arange(n))
+                np.testing.assert_array_equal(pi, 1.0)
+            else:
+                assert active.size < n and np.all(pi < 1.0), (kwargs, k)
+        run = FedEM(model, participation=participation, **kwargs).start(fed, theta0, 2)
+        for _ in range(ROUNDS):
+            run.step()
+        active = run.history["n_active"].to_numpy()[1:]
+        assert np.all(active[:fine] == n) and np.all(active[fine:] < n), (kwargs, active)
+
+
 def test_a_client_that_missed_rounds_decodes_each_update_with_its_rounds_compressor(diabetes):
     fed, model, theta0 = diabetes
     algo = FedEM(model, compressor="dither:s=4", participation=0.5)
@@ -165,10 +193,15 @@ def test_a_client_that_missed_rounds_decodes_each_update_with_its_rounds_compres
 
 
 @pytest.fixture(scope="module")
-def portal():
+def portal_table():
     counts = load_portal_rodents(as_frame=False, min_captures=500).data
     surveyed = ~np.isnan(counts).all(axis=1)
-    return _problem(StandardScaler().fit_transform(np.log1p(counts[surveyed])), 24)
+    return StandardScaler().fit_transform(np.log1p(counts[surveyed]))
+
+
+@pytest.fixture(scope="module")
+def portal(portal_table):
+    return _problem(portal_table, 24)
 
 
 def test_the_first_step_on_zero_inflated_counts_is_not_cut_to_half(portal):
@@ -180,3 +213,20 @@ def test_the_first_step_on_zero_inflated_counts_is_not_cut_to_half(portal):
                  for f in (False, True)}
     assert fractions[False] == 0.5
     assert fractions[True] > 0.5
+
+
+def test_partial_participation_mostly_ends_at_exact_ems_optimum_on_zero_inflated_counts(portal, portal_table):
+    """Portal counts, iid split over 24 clients, full covariances, p = 0.5, 16 quantisation and
+    sampling streams: with the fine rounds sampled, the first steps' sampling noise near collapsing
+    variances took 13 of them to another optimum, 0.385 nats per row below exact EM's (3 / 16
+    landed); with every client heard in the fine start 12 / 16 land (14 / 16 at p = 1)."""
+    fed, model, theta0 = portal
+    exact = FedEM(model).run(fed, theta0, 100, random_state=0, tol=1e-3)
+    best = model.log_likelihood(portal_table, exact.theta).mean()
+    landed = 0
+    for seed in range(16):
+        algo = FedEM(model, compressor="dither:s=4", participation=0.5)
+        run = algo.run(fed, theta0, 800, random_state=seed, tol=1e-3)
+        assert run.converged
+        landed += bool(model.log_likelihood(portal_table, run.theta).mean() >= best - 1e-3)
+    assert landed >= 10, landed

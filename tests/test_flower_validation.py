@@ -205,6 +205,11 @@ def test_with_absences_keeps_design_draws():
         np.testing.assert_array_equal(a1, expected)
         np.testing.assert_array_equal(p1, p0[np.isin(a0, a1)])
     np.testing.assert_array_equal(wrapped.inclusion(10), base.inclusion(10))
+    # a round that asks everyone (FedEM's fine start) loses its absent clients too, π = 1
+    for round_, expected in [(0, np.arange(10)), (1, np.array([0, 1, 4, 5, 6, 7, 8, 9]))]:
+        active, pi = wrapped.everyone(round_, 10)
+        np.testing.assert_array_equal(active, expected)
+        np.testing.assert_array_equal(pi, np.ones(expected.size))
 
 
 # ---------------------------------------------------------------------- the poisoning run

@@ -23,7 +23,7 @@ from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast, snap_point
 from .controller import StepController, running_average
-from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor
+from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor, round_sample
 from .server import DIVERGENCE_ADVICE, check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
@@ -44,7 +44,8 @@ class Algorithm(RoundZero):
     compressor : str or Compressor, default="identity"
         See :func:`fedemstats.compression.make_compressor`.
     participation : float, int or Participation, default=1.0
-        See :func:`fedemstats.participation.make_participation`.
+        See :func:`fedemstats.participation.make_participation`; the fine start's rounds take
+        every client (:meth:`sample_round`).
     step_size : float, "auto", "theory" or callable, default="auto"
         γ_k (see :func:`.step_size.make_step_size`); ``"auto"`` adapts to the noise the
         server measures (:mod:`.controller`).
@@ -105,6 +106,11 @@ class Algorithm(RoundZero):
         """The compressor of round ``round_``'s uploads: the fine start's in the first
         :attr:`fine_rounds` rounds (:mod:`.fine_start`), then :attr:`compressor`."""
         return round_compressor(self.compressor, self.fine_rounds, round_)
+
+    def sample_round(self, round_, n_clients, rng):
+        """(active, π) of round ``round_``: every client in the :attr:`fine_rounds` rounds
+        (:func:`.fine_start.round_sample`), then the participation's sample."""
+        return round_sample(self.participation, self.fine_rounds, round_, n_clients, rng)
 
     def omega(self, geometry=None) -> float:
         """The compressor's ω on the blocks it quantises (the geometry's, else the layout's)."""

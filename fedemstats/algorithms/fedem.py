@@ -68,7 +68,7 @@ class FedEM(Algorithm):
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):
         """Run round k -> k+1 in place on ``state`` (SPEC §3 steps 1-3)."""
         model, k = self.model, state.round
-        active, pi = self.participation.sample(k, federation.n_clients, rng)
+        active, pi = self.sample_round(k, federation.n_clients, rng)
         theta = model.t_map(state.s_hat)
         geometries = self.round_geometries(theta, state.s_hat, federation.n_clients)
         sums, loglik, noise, uplink = self.client_half(state, federation, theta, active, pi, geometries[1], alpha, rng)

@@ -36,7 +36,8 @@ class FedEMSettings:
         Compressor spec, e.g. ``"identity"`` or ``"dither:s=4"`` (sent to the nodes as text).
     participation : float or int
         As :func:`fedemstats.participation.make_participation`: 1.0 everyone, p in (0, 1)
-        Bernoulli(p), int k FixedSize(k). Sampled over *clients* (partitions), seeded.
+        Bernoulli(p), int k FixedSize(k). Sampled over *clients* (partitions), seeded; round 0
+        and the fine start's rounds instruct every client (``Algorithm.sample_round``).
     step_size : float, "auto" or "theory"
     alpha : float, optional
         Memory step; ``None`` is ``1 / (1 + omega)``.

@@ -124,7 +124,7 @@ class FedEMStrategy(NodesRoundZero, Strategy):
         """Sample clients as the engine does and instruct the nodes serving them."""
         self._refresh_nodes(grid)
         st, n = self.state, len(self.partitions)
-        active, pi = self.algorithm.participation.sample(st.round, n, self.rng)
+        active, pi = self.algorithm.sample_round(st.round, n, self.rng)
         messages, client_of_node, self._pending_full = [], {}, {}
         for client in (int(c) for c in active):
             node = self.registry.node_of.get(self.partitions[client])
