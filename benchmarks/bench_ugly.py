@@ -44,7 +44,6 @@ from bench_real_data import machine_note  # noqa: E402
 from fedemstats.diagnostics import em_step_gain  # noqa: E402
 from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer  # noqa: E402
 from fedemstats.federation import Federation  # noqa: E402
-from fedemstats.models.factor import FactorAnalysisModel  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "ugly.md"
 #: nats per row (as bench_real_data) and the imputer's relative RMSE slack
@@ -104,9 +103,7 @@ def fit_gain(name, X, groups, est):
         step = MODELS[name](max_iter=1, **warm).fit(X, groups=groups)
         return float(step.score(X) - est.score(X))
     if name == "fa":
-        fed = Federation.from_groups(X, groups)[0]
-        return em_step_gain(FactorAnalysisModel.from_federation(fed, n_factors=est.components_.shape[0]), fed,
-                            est.theta_)
+        return em_step_gain(est.model_, Federation.from_groups(X, groups)[0], est.theta_)
     return np.nan
 
 

@@ -70,7 +70,7 @@ class FullParticipation(Participation):
     """Every client, every round (pi_i = 1)."""
 
     def sample(self, round_, n_clients, rng):
-        return np.arange(n_clients, dtype=np.int64), np.ones(n_clients)
+        return self.everyone(round_, n_clients)
 
     def inclusion(self, n_clients):
         return np.ones(n_clients)

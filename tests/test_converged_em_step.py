@@ -16,7 +16,6 @@ from fedemstats.datasets import load_portal_rodents
 from fedemstats.diagnostics import em_step_gain
 from fedemstats.estimators import FederatedFactorAnalysis, FederatedGaussianMixture, FederatedImputer
 from fedemstats.federation import Federation, partition_iid
-from fedemstats.models.factor import FactorAnalysisModel
 
 TOL = 1e-5  # FederatedFactorAnalysis' default, per row
 
@@ -28,8 +27,7 @@ def iris():
 
 def _em_step_gain(X, groups, est):
     """Mean log-likelihood per row one exact EM step adds to ``est``'s parameters."""
-    fed = Federation.from_groups(X, groups)[0]
-    return em_step_gain(FactorAnalysisModel.from_federation(fed, n_factors=est.components_.shape[0]), fed, est.theta_)
+    return em_step_gain(est.model_, Federation.from_groups(X, groups)[0], est.theta_)
 
 
 @pytest.mark.slow

@@ -168,7 +168,7 @@ def test_the_fine_rounds_hear_every_client_then_clients_are_sampled(diabetes, pa
                 np.testing.assert_array_equal(pi, 1.0)
             else:
                 assert active.size < n and np.all(pi < 1.0), (kwargs, k)
-        run = FedEM(model, participation=participation, **kwargs).start(fed, theta0, 2)
+        run = algo.start(fed, theta0, 2)
         for _ in range(ROUNDS):
             run.step()
         active = run.history["n_active"].to_numpy()[1:]

@@ -135,4 +135,3 @@ def round_sample(participation, n_fine, round_, n_clients, rng):
     if round_ < n_fine:
         return participation.everyone(round_, n_clients)
     return participation.sample(round_, n_clients, rng)
-

@@ -264,7 +264,7 @@ class PrivateFedEM(FedEM):
     def round(self, state, federation, rng, alpha, ledger, history, tol=None):
         """Round k -> k+1 on noised statistics (the structure of :meth:`FedEM.round`)."""
         model, k, dp, n = self.model, state.round, state.extra["dp"], federation.n_clients
-        active, pi = self.participation.sample(k, n, rng)
+        active, pi = self.sample_round(k, n, rng)
         theta = model.t_map(state.s_hat)
         inclusion = self.participation.expected_fraction(n)
         release = noise_geometry(model, self.privacy, theta)

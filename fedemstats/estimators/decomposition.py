@@ -96,6 +96,11 @@ random_state, verbose, verbose_interval
     components_ : ndarray of shape (n_components, n_features)
     noise_variance_ : ndarray of shape (n_features,)
     mean_ : ndarray of shape (n_features,)
+    theta_ : FactorParams
+        The fitted parameters (components rotated as ``rotation`` says).
+    model_ : FactorAnalysisModel
+        The model the fit ran on (statistic layout, T-map), e.g. for
+        :func:`fedemstats.diagnostics.em_step_gain`.
     loglike_ : list of float
         Total log-likelihood at the start of each round (``history_["loglik"] *
         n_samples``; a Horvitz-Thompson estimate under partial participation).
@@ -191,7 +196,7 @@ random_state, verbose, verbose_interval
         comps = theta.components
         if self.rotation is not None:
             comps = ortho_rotation(comps.T, self.rotation)
-        self.theta_ = FactorParams(comps, theta.noise_variance, theta.mean)
+        self.model_, self.theta_ = model, FactorParams(comps, theta.noise_variance, theta.mean)
         self.components_ = comps
         self.noise_variance_ = theta.noise_variance
         self.mean_ = theta.mean

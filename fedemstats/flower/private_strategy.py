@@ -161,7 +161,7 @@ class PrivateFedEMStrategy:
         """Round k -> k+1: sample, one secure sum of the active nodes' shares at θ_k, the step."""
         algo, state, n = self.algorithm, self.state, len(self.partitions)
         dp, k = state.extra["dp"], state.round
-        active, pi = algo.participation.sample(k, n, self.rng)
+        active, pi = algo.sample_round(k, n, self.rng)
         theta = self.model.t_map(state.s_hat)
         release = noise_geometry(self.model, self.privacy, theta)
         inclusion = algo.participation.expected_fraction(n)
