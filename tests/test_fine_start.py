@@ -38,6 +38,14 @@ def diabetes():
     return _problem(StandardScaler().fit_transform(load_diabetes().data), 20)
 
 
+def _coarse_and_fine_runs(problem, **kwargs):
+    """Two runs from the same start and streams: dither:s=4 at p = 0.5 with its fine start, and
+    a 64-level run with every client and none (what the fine start's rounds must equal)."""
+    fed, model, theta0 = problem
+    return [FedEM(model, compressor=c, participation=p, fine_start=f, **kwargs).start(fed, theta0, 3)
+            for c, p, f in [("dither:s=4", 0.5, True), (f"dither:s={FINE_START_LEVELS}", 1.0, False)]]
+
+
 @pytest.mark.parametrize("kwargs, uplink, downlink", [
     (dict(compressor="dither:s=4"), FINE_START_ROUNDS, FINE_START_ROUNDS),
     (dict(compressor="dither:s=2", downlink_compressor=None), FINE_START_ROUNDS, 0),
@@ -71,9 +79,7 @@ def test_fine_rounds_are_a_64_level_runs_first_rounds(diabetes):
     """Same α and streams: the fine rounds of dither:s=4 at p = 0.5 are those of dither:s=64 with
     every client bit for bit (iterate, memories, ledger); the first coarse round samples clients
     and sends the coarse quantiser's fewer bits per client."""
-    fed, model, theta0 = diabetes
-    runs = [FedEM(model, compressor=c, alpha=0.5, participation=p, fine_start=f).start(fed, theta0, 3)
-            for c, p, f in [("dither:s=4", 0.5, True), (f"dither:s={FINE_START_LEVELS}", 1.0, False)]]
+    runs = _coarse_and_fine_runs(diabetes, alpha=0.5)
     for _ in range(FINE_START_ROUNDS):
         rows = [r.step() for r in runs]
         assert rows[0]["uplink_bits"] == rows[1]["uplink_bits"] > 0
@@ -93,8 +99,7 @@ def test_fine_rounds_absorb_their_messages_with_the_fine_compressors_alpha(diabe
     64-level run's (whose α is the fine one) bit for bit, memories included; then the coarse α
     takes over. A given α holds in every round."""
     fed, model, theta0 = diabetes
-    runs = [FedEM(model, compressor=c, participation=p, fine_start=f).start(fed, theta0, 3)
-            for c, p, f in [("dither:s=4", 0.5, True), (f"dither:s={FINE_START_LEVELS}", 1.0, False)]]
+    runs = _coarse_and_fine_runs(diabetes)
     fine, coarse = runs[0].alphas
     assert runs[1].alphas == (fine, fine)
     assert coarse == runs[0].algorithm.resolved_alpha(runs[0].algorithm.client_geometry(theta0, runs[0].state.s_hat))
