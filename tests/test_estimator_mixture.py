@@ -6,7 +6,7 @@ import pytest
 from sklearn.mixture import GaussianMixture
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from fedemstats.algorithms.fine_start import FINE_START_ROUNDS
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, FINE_START_ROUNDS
 from fedemstats.estimators.mixture import FederatedGaussianMixture
 from fedemstats.federation import partition_dirichlet
 
@@ -156,10 +156,10 @@ def test_partial_participation_and_sampling_api():
     gm = FederatedGaussianMixture(3, compressor="dither:s=4", participation=5, max_iter=60, tol=0.0,
                                   means_init=centers + 0.2, random_state=0).fit(X, groups=groups)
     assert len(gm.history_) == 60  # round 0 counts as one of max_iter
-    # the fine start's rounds hear every client, then 5 are sampled a round
+    # the fine start's rounds and the first coarse ones hear every client, then 5 are sampled a round
     n_active = gm.history_["n_active"].to_numpy()
-    assert set(n_active[1:1 + FINE_START_ROUNDS]) == {np.unique(groups).size}
-    assert set(n_active[1 + FINE_START_ROUNDS:]) == {5}
+    assert set(n_active[1:1 + EVERYONE_ROUNDS]) == {np.unique(groups).size}
+    assert set(n_active[1 + EVERYONE_ROUNDS:]) == {5}
     order = np.argsort(gm.means_[:, 0])
     np.testing.assert_allclose(gm.means_[order], centers[np.argsort(centers[:, 0])], atol=0.3)
     Xs, labels = gm.sample(50)

@@ -16,7 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from fedemstats.algorithms import FedEM, VRFedEM
 from fedemstats.algorithms.broadcast import replay
 from fedemstats.algorithms.controller import StepController
-from fedemstats.algorithms.fine_start import FINE_START_LEVELS, FINE_START_ROUNDS, fine_start_compressor
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, FINE_START_LEVELS, FINE_START_ROUNDS, fine_start_compressor
 from fedemstats.algorithms.private import PrivateFedEM
 from fedemstats.datasets import load_portal_rodents
 from fedemstats.federation import Federation, partition_iid
@@ -156,28 +156,32 @@ def test_the_step_rules_noise_average_restarts_when_the_coarse_quantiser_takes_o
 
 
 @pytest.mark.parametrize("participation", [0.3, 4])
-def test_the_fine_rounds_hear_every_client_then_clients_are_sampled(diabetes, participation):
-    """Bernoulli and fixed-size sampling alike: the fine start's rounds take every client with π = 1
-    (as round 0 does), the later rounds a sample; without a fine start the sample starts at round 1."""
+def test_the_fine_start_and_the_first_coarse_rounds_hear_every_client_then_clients_are_sampled(
+        diabetes, participation):
+    """Bernoulli and fixed-size sampling alike: the fine start's rounds and the first coarse ones
+    (:data:`EVERYONE_ROUNDS` in all) take every client with π = 1 (as round 0 does), the later
+    rounds a sample; without a fine start the sample starts at round 1."""
     fed, model, theta0 = diabetes
     n = fed.n_clients
-    for kwargs, fine in [(dict(compressor="dither:s=4"), FINE_START_ROUNDS),
-                         (dict(compressor="dither:s=4", fine_start=False), 0),
-                         (dict(compressor=f"dither:s={FINE_START_LEVELS}"), 0)]:
+    rounds = EVERYONE_ROUNDS + 3
+    assert EVERYONE_ROUNDS > FINE_START_ROUNDS
+    for kwargs, heard in [(dict(compressor="dither:s=4"), EVERYONE_ROUNDS),
+                          (dict(compressor="dither:s=4", fine_start=False), 0),
+                          (dict(compressor=f"dither:s={FINE_START_LEVELS}"), 0)]:
         algo = FedEM(model, participation=participation, **kwargs)
         rng = np.random.default_rng(1)
-        for k in range(ROUNDS):
+        for k in range(rounds):
             active, pi = algo.sample_round(k, n, rng)
-            if k < fine:
+            if k < heard:
                 np.testing.assert_array_equal(active, np.arange(n))
                 np.testing.assert_array_equal(pi, 1.0)
             else:
                 assert active.size < n and np.all(pi < 1.0), (kwargs, k)
         run = algo.start(fed, theta0, 2)
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             run.step()
         active = run.history["n_active"].to_numpy()[1:]
-        assert np.all(active[:fine] == n) and np.all(active[fine:] < n), (kwargs, active)
+        assert np.all(active[:heard] == n) and np.all(active[heard:] < n), (kwargs, active)
 
 
 def test_a_client_that_missed_rounds_decodes_each_update_with_its_rounds_compressor(diabetes):

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower tests need the optional extra: pip install 'fedemstats[flower]'")
 
-from fedemstats.algorithms.fine_start import FINE_START_ROUNDS  # noqa: E402
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, FINE_START_ROUNDS  # noqa: E402
 from fedemstats.compression import make_compressor  # noqa: E402
 from fedemstats.compression.short_floats import short_float_bits  # noqa: E402
 from fedemstats.estimators.mixture import FederatedGaussianMixture  # noqa: E402
@@ -41,8 +41,9 @@ def _grid(folder, n=N_PARTS):
     return LocalGrid(make_client_app(GMMProblem), [{"partition-id": i, "data-dir": folder} for i in range(n)])
 
 
-# past the fine start (every client) into sampled rounds (5 of N_PARTS)
-SETTINGS = FedEMSettings(n_rounds=FINE_START_ROUNDS + 3, compressor="dither:s=4", participation=5, step_size=0.5,
+# past the rounds that ask every client (the fine start's and the first coarse ones) into sampled
+# rounds (5 of N_PARTS)
+SETTINGS = FedEMSettings(n_rounds=EVERYONE_ROUNDS + 3, compressor="dither:s=4", participation=5, step_size=0.5,
                          seed=11)
 
 
@@ -52,7 +53,7 @@ def test_local_grid_matches_in_process_engine(data):
     result = FedEMStrategy(GMMProblem(2), SETTINGS).start(grid)
     diffs = max_abs_difference(result, reference_run(parts, GMMProblem(2), SETTINGS))
     assert max(diffs.values()) < TOL, diffs
-    assert [h["n_active"] for h in result["history"]] == [N_PARTS] * (1 + FINE_START_ROUNDS) + [5] * 3
+    assert [h["n_active"] for h in result["history"]] == [N_PARTS] * (1 + EVERYONE_ROUNDS) + [5] * 3
     # node ids above 2^63 went through the strategy untouched
     assert min(grid.contexts) >= FIRST_NODE_ID > 2**63
 

@@ -11,7 +11,7 @@ pytest.importorskip("ray", reason="Flower simulations need Ray: pip install 'fed
 
 from flwr.simulation import run_simulation  # noqa: E402
 
-from fedemstats.algorithms.fine_start import FINE_START_ROUNDS  # noqa: E402
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, FINE_START_ROUNDS  # noqa: E402
 from fedemstats.flower import FedEMSettings, GMMProblem, make_client_app, make_server_app  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.testing import write_partitions  # noqa: E402
@@ -28,8 +28,9 @@ def test_simulation_equals_in_process_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr_home"))
     parts = write_partitions(tmp_path, N_NODES, rows=60, dim=3, n_components=3, seed=8)
-    # past the fine start (every node) into sampled rounds (5 of N_NODES)
-    settings = FedEMSettings(n_rounds=FINE_START_ROUNDS + 3, compressor="dither:s=4", participation=5, step_size=0.5,
+    # past the rounds that ask every node (the fine start's and the first coarse ones) into
+    # sampled rounds (5 of N_NODES)
+    settings = FedEMSettings(n_rounds=EVERYONE_ROUNDS + 3, compressor="dither:s=4", participation=5, step_size=0.5,
                              seed=2024, min_nodes=N_NODES, round_timeout=120.0,
                              # Ray's actors start slowly on a loaded machine: at the default 60 s
                              # none had answered round 0 while two benchmarks shared the 2 cores
@@ -45,7 +46,7 @@ def test_simulation_equals_in_process_engine(tmp_path, monkeypatch):
     run_simulation(make_server_app(problem, settings, on_result=results.update),
                    make_client_app(GMMProblem, load), num_supernodes=N_NODES, backend_config=BACKEND)
     assert results, "the ServerApp did not finish"
-    assert results["round"] == FINE_START_ROUNDS + 3 and results["partitions"] == list(range(N_NODES))
-    assert [h["n_active"] for h in results["history"]] == [N_NODES] * (1 + FINE_START_ROUNDS) + [5] * 3
+    assert results["round"] == EVERYONE_ROUNDS + 3 and results["partitions"] == list(range(N_NODES))
+    assert [h["n_active"] for h in results["history"]] == [N_NODES] * (1 + EVERYONE_ROUNDS) + [5] * 3
     diffs = max_abs_difference(results, reference_run(parts, problem, settings))
     assert max(diffs.values()) < TOL, diffs

@@ -44,8 +44,8 @@ class Algorithm(RoundZero):
     compressor : str or Compressor, default="identity"
         See :func:`fedemstats.compression.make_compressor`.
     participation : float, int or Participation, default=1.0
-        See :func:`fedemstats.participation.make_participation`; the fine start's rounds take
-        every client (:meth:`sample_round`).
+        See :func:`fedemstats.participation.make_participation`; the fine start's rounds and the
+        first coarse ones take every client (:meth:`sample_round`).
     step_size : float, "auto", "theory" or callable, default="auto"
         γ_k (see :func:`.step_size.make_step_size`); ``"auto"`` adapts to the noise the
         server measures (:mod:`.controller`).
@@ -108,7 +108,8 @@ class Algorithm(RoundZero):
         return round_compressor(self.compressor, self.fine_rounds, round_)
 
     def sample_round(self, round_, n_clients, rng):
-        """(active, π) of round ``round_``: every client in the :attr:`fine_rounds` rounds
+        """(active, π) of round ``round_``: every client in the first
+        :data:`.fine_start.EVERYONE_ROUNDS` rounds of a run with a fine start
         (:func:`.fine_start.round_sample`), then the participation's sample."""
         return round_sample(self.participation, self.fine_rounds, round_, n_clients, rng)
 

@@ -46,9 +46,17 @@ rounds (median 100 → 73). Hearing everyone early does not cost bits either: 10
 10 rows (three Gaussian components in 5 dimensions) took 85 rounds and 0.56× exact EM's bits at
 p = 0.1 (160 and 0.84× sampled), 489 and 0.94× at p = 0.02 (1,022 and 1.67×), because memories
 all refreshed by fine messages leave the coarse rounds' Horvitz-Thompson direction less noisy.
-It does not move breast cancer iid / factor analysis at p = 0.5 off its ridge (0.136 nats per
-row below on ``random_state`` 0, 0.138 sampled; within on 1-3 either way): that ridge is
-reached in the coarse rounds (``docs/factor_analysis.md``).
+
+The first coarse rounds hear every client too (:data:`EVERYONE_ROUNDS` = 10 rounds in all): their
+steps are still large (γ 0.9 to 0.6 on breast cancer's factor analysis), and a sampled round's
+noise is each absent client's staleness, which grows with the distance the iterate has moved since
+it last spoke. Sampled from round 6, breast cancer iid / factor analysis at p = 0.5 saw the relative
+noise of H rise from 0.10 to 1.2 by round 13, γ fell to its floor, and 3 of 24 quantisation and
+sampling streams (``random_state`` 0-23) ended on a ridge 0.136 nats per row below exact EM
+(``docs/factor_analysis.md``). With rounds 6-10 asking everyone, 0 of 24 did (8 rounds in all:
+seed 2 still did). At p = 1 nothing changes; at p = 0.5 ``bench_real_data`` went from 127 to 128 /
+128 rows and the Portal problem of ``tests/test_fine_start.py`` from 12 to 14 / 16 landed streams
+(p = 1: 14 / 16).
 
 The fine rounds update the memories with the fine compressor's own α = 1/(1 + ω_fine) (about 1),
 not the coarse one's (:func:`round_alpha`): paper 003 bounds α by 1/(1 + ω) of the quantiser
@@ -71,14 +79,19 @@ import functools
 
 from ..compression import make_compressor
 
-__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "fine_start_compressor", "fine_rounds", "round_compressor",
-           "round_alpha", "round_sample"]
+__all__ = ["FINE_START_ROUNDS", "FINE_START_LEVELS", "EVERYONE_ROUNDS", "fine_start_compressor", "fine_rounds",
+           "everyone_rounds", "round_compressor", "round_alpha", "round_sample"]
 
 #: Rounds after round 0 that run at :data:`FINE_START_LEVELS` (see the module's measurements).
 FINE_START_ROUNDS = 5
 #: Dithering levels of the fine start: of 4, 16 and 64 levels throughout, the only one at which
 #: compressed FedEM ended at exact EM's optimum on every measured Portal stream (16 / 16; 16: 0 / 16).
 FINE_START_LEVELS = 64
+#: Rounds after round 0 that ask every client (π = 1) in a run with a fine start: its
+#: :data:`FINE_START_ROUNDS` fine rounds and the first five at the run's own compressor, whose
+#: steps are still large enough that sampling's noise (each memory's staleness times the
+#: distance the iterate moved) drowns them (see the module's measurements).
+EVERYONE_ROUNDS = 10
 
 
 @functools.cache
@@ -114,6 +127,13 @@ def fine_rounds(compressor, q, blocks, enabled=True) -> int:
     return FINE_START_ROUNDS if float(compressor.omega(q, blocks)) > fine else 0
 
 
+def everyone_rounds(n_fine) -> int:
+    """How many rounds after round 0 ask every client in a run whose first ``n_fine`` rounds
+    start fine: :data:`EVERYONE_ROUNDS` with a fine start, else 0 (the participation's sample
+    from round 1, as in paper 003)."""
+    return EVERYONE_ROUNDS if n_fine else 0
+
+
 def round_compressor(compressor, n_fine, round_):
     """The compressor of round ``round_`` on a channel whose first ``n_fine`` rounds start
     fine (:func:`fine_rounds`), else ``compressor``: both sides derive it from the round."""
@@ -128,10 +148,10 @@ def round_alpha(alphas, n_fine, round_):
 
 
 def round_sample(participation, n_fine, round_, n_clients, rng):
-    """(active, π) of round ``round_``: every client with π = 1 in the first ``n_fine``
-    rounds (``participation.everyone``: the fine start hears everyone, as round 0 does), then
-    ``participation``'s sample (which alone draws from ``rng``). Both the engine and the Flower
-    strategy call it."""
-    if round_ < n_fine:
+    """(active, π) of round ``round_``: every client with π = 1 in the first
+    :func:`everyone_rounds` ``(n_fine)`` rounds (``participation.everyone``: the fine start and the
+    first coarse rounds hear everyone, as round 0 does), then ``participation``'s sample (which
+    alone draws from ``rng``). Both the engine and the Flower strategy call it."""
+    if round_ < everyone_rounds(n_fine):
         return participation.everyone(round_, n_clients)
     return participation.sample(round_, n_clients, rng)

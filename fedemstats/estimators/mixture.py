@@ -93,8 +93,9 @@ class FederatedGaussianMixture(FederatedEMMixin, DensityMixin, BaseEstimator):
         E.g. ``"dither:s=4"``, ``"blockp:p=2"``, ``"randk:k=10"``.
     participation : float, int or Participation, default=1.0
         1.0: every client every round; p in (0, 1): Bernoulli(p); int k: k clients. Round 0
-        and FedEM's fine start (its first 5 rounds under a compressor coarser than 64 levels)
-        hear every client whatever the participation (``docs/fedem.md``, "The fine start").
+        and FedEM's first 10 rounds under a compressor coarser than 64 levels (its fine start's
+        5 and the first 5 coarse ones) hear every client whatever the participation
+        (``docs/fedem.md``, "The fine start").
     step_size : float, "auto", "theory" or callable, default="auto"
         γ_k. "auto" is 1 (exact EM) without compression, partial participation or
         mini-batches, and otherwise adapts each round to the noise the server measures in

@@ -37,7 +37,7 @@ class FedEMSettings:
     participation : float or int
         As :func:`fedemstats.participation.make_participation`: 1.0 everyone, p in (0, 1)
         Bernoulli(p), int k FixedSize(k). Sampled over *clients* (partitions), seeded; round 0
-        and the fine start's rounds instruct every client (``Algorithm.sample_round``).
+        and rounds 1-10 of a run with a fine start instruct every client (``Algorithm.sample_round``).
     step_size : float, "auto" or "theory"
     alpha : float, optional
         Memory step; ``None`` is ``1 / (1 + omega)``.
