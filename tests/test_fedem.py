@@ -5,7 +5,7 @@ from _toy_models import GaussianMeanModel
 
 from fedemstats.algorithms import FedEM, client_update, server_update
 from fedemstats.algorithms.base import StepSize, theory_step_size, make_step_size
-from fedemstats.algorithms.fine_start import fine_start_compressor
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, fine_start_compressor
 from fedemstats.compression.base import Compressor, Identity, Message, uniform_rows
 from fedemstats.federation import Federation
 from fedemstats.participation import BernoulliParticipation, FixedSizeParticipation
@@ -145,10 +145,11 @@ def test_same_seed_same_history_and_different_seed_differs():
     fed = heterogeneous_federation()
     model = GaussianMeanModel(3)
     algo = FedEM(model, compressor=RandomSign(), participation=0.5, step_size=0.2)
-    a, b = algo.run(fed, np.zeros(3), 10, 42), algo.run(fed, np.zeros(3), 10, 42)
+    rounds = EVERYONE_ROUNDS + 6  # past the rounds that hear every client, into sampled ones
+    a, b = algo.run(fed, np.zeros(3), rounds, 42), algo.run(fed, np.zeros(3), rounds, 42)
     np.testing.assert_array_equal(a.state.s_hat, b.state.s_hat)
     assert a.history.equals(b.history)
-    c = algo.run(fed, np.zeros(3), 10, 43)
+    c = algo.run(fed, np.zeros(3), rounds, 43)
     assert not a.history["n_active"].equals(c.history["n_active"])
 
 
