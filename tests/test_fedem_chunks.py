@@ -7,6 +7,7 @@ import pytest
 
 import fedemstats.algorithms.fedem as fedem_module
 from fedemstats.algorithms import FedEM
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS
 from fedemstats.federation import Federation
 from fedemstats.models.gmm import GaussianMixtureModel, make_params
 
@@ -33,10 +34,11 @@ def _run(fed, model, theta0, rounds, **kw):
                                 dict(compressor="dither:s=4", batch_size=3)])
 def test_chunked_rounds_equal_one_chunk(monkeypatch, kw):
     fed, model, theta0 = _problem(40)
-    whole = _run(fed, model, theta0, 10, **kw)  # past the fine start: 5 sampled rounds
+    rounds = EVERYONE_ROUNDS + 5  # past the rounds that hear every client: 5 sampled rounds
+    whole = _run(fed, model, theta0, rounds, **kw)
     # 3 clients per chunk: 14 chunks per round
     monkeypatch.setattr(fedem_module, "CHUNK_ENTRIES", 3 * model.q)
-    chunked = _run(fed, model, theta0, 10, **kw)
+    chunked = _run(fed, model, theta0, rounds, **kw)
     # the clients' memories and messages are row-wise and identical; the server's sums
     # differ only by the order of additions
     np.testing.assert_allclose(chunked.state.v_clients, whole.state.v_clients, rtol=0, atol=1e-12)
