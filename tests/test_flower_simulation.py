@@ -11,7 +11,7 @@ pytest.importorskip("ray", reason="Flower simulations need Ray: pip install 'fed
 
 from flwr.simulation import run_simulation  # noqa: E402
 
-from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS, FINE_START_ROUNDS  # noqa: E402
+from fedemstats.algorithms.fine_start import EVERYONE_ROUNDS  # noqa: E402
 from fedemstats.flower import FedEMSettings, GMMProblem, make_client_app, make_server_app  # noqa: E402
 from fedemstats.flower.reference import max_abs_difference, reference_run  # noqa: E402
 from fedemstats.flower.testing import write_partitions  # noqa: E402

@@ -23,7 +23,8 @@ from ..models._geometry import IdentityGeometry
 from ..participation import make_participation
 from .broadcast import Broadcast, snap_point
 from .controller import StepController, running_average
-from .fine_start import fine_rounds, fine_start_compressor, round_alpha, round_compressor, round_sample
+from .fine_start import (everyone_rounds, fine_rounds, fine_start_compressor, round_alpha, round_compressor,
+                         round_sample)
 from .server import DIVERGENCE_ADVICE, check_iterate, direction
 from .start import V_INIT_CHOICES, RoundZero
 from .history import History
@@ -111,7 +112,7 @@ class Algorithm(RoundZero):
         """(active, π) of round ``round_``: every client in the first
         :data:`.fine_start.EVERYONE_ROUNDS` rounds of a run with a fine start
         (:func:`.fine_start.round_sample`), then the participation's sample."""
-        return round_sample(self.participation, self.fine_rounds, round_, n_clients, rng)
+        return round_sample(self.participation, everyone_rounds(self.fine_rounds), round_, n_clients, rng)
 
     def omega(self, geometry=None) -> float:
         """The compressor's ω on the blocks it quantises (the geometry's, else the layout's)."""

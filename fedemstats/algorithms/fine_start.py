@@ -147,11 +147,11 @@ def round_alpha(alphas, n_fine, round_):
     return alphas[0] if round_ < n_fine else alphas[1]
 
 
-def round_sample(participation, n_fine, round_, n_clients, rng):
-    """(active, π) of round ``round_``: every client with π = 1 in the first
-    :func:`everyone_rounds` ``(n_fine)`` rounds (``participation.everyone``: the fine start and the
-    first coarse rounds hear everyone, as round 0 does), then ``participation``'s sample (which
-    alone draws from ``rng``). Both the engine and the Flower strategy call it."""
-    if round_ < everyone_rounds(n_fine):
+def round_sample(participation, n_everyone, round_, n_clients, rng):
+    """(active, π) of round ``round_``: every client with π = 1 in the first ``n_everyone``
+    rounds (:func:`everyone_rounds`; ``participation.everyone``: the fine start and the first
+    coarse rounds hear everyone, as round 0 does), then ``participation``'s sample (which alone
+    draws from ``rng``). Both the engine and the Flower strategy call it."""
+    if round_ < n_everyone:
         return participation.everyone(round_, n_clients)
     return participation.sample(round_, n_clients, rng)
