@@ -54,9 +54,22 @@ def test_a_collapsing_step_is_cut_to_the_largest_safe_fraction(name):
     t = G.step_fraction(s_hat, step)
     assert t == 0.5
     # s_hat = E_θ[s]: every margin is 1 there, so the region is TRUST_RATIO itself
-    np.testing.assert_allclose(np.clip(G._margins(s_hat[None])[0], None, 1.0), 1.0, rtol=1e-12)
-    assert np.all(G._margins((s_hat + t * step)[None])[0] >= TRUST_RATIO)
-    assert not np.all(G._margins((s_hat + 2 * t * step)[None])[0] >= TRUST_RATIO)
+    np.testing.assert_allclose(np.clip(G.margins(s_hat)[0], None, 1.0), 1.0, rtol=1e-12)
+    assert np.all(G.margins(s_hat + t * step)[0] >= TRUST_RATIO)
+    assert not np.all(G.margins(s_hat + 2 * t * step)[0] >= TRUST_RATIO)
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("rho", [0.5, 1e-3])
+def test_margins_measure_how_far_a_step_shrinks_the_model(name, rho):
+    """``margins`` (what bench_continuity's ρ reads): 1 at E_θ[s], ρ where a step takes the
+    shrinking margin from 1 to ρ; a single vector is one row."""
+    model, _, theta, s_hat = make_case(name, reg=0.0)
+    G = model.geometry(theta, s_hat)
+    point = s_hat - (1.0 - rho) * shrink_step(name, model, s_hat)
+    np.testing.assert_allclose(G.margins(point).min(), rho, rtol=1e-9)
+    np.testing.assert_array_equal(G.margins(point), G.margins(point[None]))
+    assert G.margins(np.stack([s_hat, point])).shape[0] == 2
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -99,7 +112,7 @@ def test_the_search_reaches_the_edge_as_the_ratio_shrinks(name):
                      else math.ceil(math.log2(TRUST_RATIO / r)))
         t = G.step_fraction(s_hat, step, r)
         assert_edge(t, (1.0 - r) / 2.0, width=0.25 * 2.0 ** -n)
-        assert np.all(G._margins((s_hat + t * step)[None])[0] >= r)
+        assert np.all(G.margins(s_hat + t * step)[0] >= r)
     assert refinements(TRUST_RATIO) == refinements(1.0) == refinements(np.nan) == 0
 
 

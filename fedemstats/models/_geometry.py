@@ -260,6 +260,18 @@ class Geometry:
         """
         raise NotImplementedError
 
+    def margins(self, points) -> np.ndarray:
+        """The trust region's margins of ``points`` (m, q) or (q,), finite: shape (m, n_margins).
+
+        Each margin is 1 at the current model's own statistics E_θ[s] and says how far a point
+        shrinks what the region protects (a component's weight over its current value, the
+        smallest whitened variance, a noise-variance or rate ratio, ...); ``inf`` where nothing
+        is checked. The smallest margin of the next exact EM iterate measures how far a round
+        shrinks the model, which sets how much a quantised round can miss it by
+        (``benchmarks/bench_continuity.py``).
+        """
+        return self._margins(as_rows(points))
+
     def _inside(self, points, floor) -> np.ndarray:
         """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
         return np.all(self._margins(points) >= floor, axis=1)
