@@ -12,7 +12,7 @@ Two more columns say what the gap is made of. ``s·gap/move`` is the largest gap
 times s, over the largest move exact EM's log-likelihood made in rounds 1..t: a quantisation
 error of about 1/s of each round's message moves the path by that share of its steps. ``ρ`` is
 the smallest trust-region margin of exact EM's next iterate in the current iterate's geometry
-(``Geometry.margins``; 1 = nothing shrinks): a round that takes a whitened variance to ρ must
+(``Geometry.shrink``; 1 = nothing shrinks): a round that takes a whitened variance to ρ must
 resolve it to a fraction of ρ, which an error of 1/s of the message cannot when ρ ≲ 1/s
 (docs/geometry.md, "What the continuity gap is made of"). The summary groups the rows by ρ.
 
@@ -43,18 +43,18 @@ LEVELS = (1024, 2 ** 24)
 LL_TOL = 1e-3
 #: nats per row: a move below this (exact EM at its fixed point from round 1) counts as this
 TINY_MOVE = 1e-12
+#: ρ below which a row counts as shrinking the model hard (the summary's split)
+RHO_SPLIT = 0.1
 
 logger = logging.getLogger("benchmarks.continuity")
 
-
-#: ρ below which a row counts as shrinking the model hard (the summary's split)
-RHO_SPLIT = 0.1
 
 
 def trajectory(problem, seed, settings, reference=False):
     """Mean log-likelihood per row after rounds 0..ROUNDS of ``FedEM(model, **settings)``, shape
     (ROUNDS + 1,), and per round (ROUNDS,): for the ``reference`` run (exact EM) ρ, the smallest
-    trust-region margin of the new iterate in the geometry of the round's start (:func:`shrink`);
+    trust-region margin of the new iterate in the geometry of the round's start
+    (``Geometry.shrink``);
     for the others the local error, |ℓ| between the round's iterate and one exact EM step from
     the iterate the round started at."""
     model, theta0, rng = problem.build(seed)
@@ -70,16 +70,9 @@ def trajectory(problem, seed, settings, reference=False):
             exact_step = model.t_map(start + model.mean_field(problem.fed, start))
         run.step()
         ll[k + 1] = problem.values(model, run.theta)["ll"]
-        per_round[k] = (shrink(geometry, start, run.state.s_hat) if reference
+        per_round[k] = (geometry.shrink(start, run.state.s_hat) if reference
                         else abs(ll[k + 1] - problem.values(model, exact_step)["ll"]))
     return ll, per_round
-
-
-def shrink(geometry, start, end):
-    """Smallest margin of ``end`` over the same margin at ``start`` (capped at 1, as the trust
-    region's floor is): how far the step shrinks what the region protects."""
-    before = np.clip(geometry.margins(start)[0], 0.0, 1.0)
-    return float(np.min(geometry.margins(end)[0] / np.where(before > 0.0, before, 1.0)))
 
 
 def measure(table, split, config, seed):

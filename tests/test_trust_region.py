@@ -62,14 +62,21 @@ def test_a_collapsing_step_is_cut_to_the_largest_safe_fraction(name):
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("rho", [0.5, 1e-3])
 def test_margins_measure_how_far_a_step_shrinks_the_model(name, rho):
-    """``margins`` (what bench_continuity's ρ reads): 1 at E_θ[s], ρ where a step takes the
-    shrinking margin from 1 to ρ; a single vector is one row."""
+    """``margins``: 1 at E_θ[s], ρ where a step takes the shrinking margin from 1 to ρ; a single
+    vector is one row. ``shrink`` (bench_continuity's ρ) is then ρ, the ratio ``contains`` tests."""
     model, _, theta, s_hat = make_case(name, reg=0.0)
     G = model.geometry(theta, s_hat)
     point = s_hat - (1.0 - rho) * shrink_step(name, model, s_hat)
     np.testing.assert_allclose(G.margins(point).min(), rho, rtol=1e-9)
     np.testing.assert_array_equal(G.margins(point), G.margins(point[None]))
     assert G.margins(np.stack([s_hat, point])).shape[0] == 2
+    # ``shrink``: the largest ratio at which the point is inside the region around s_hat
+    np.testing.assert_allclose(G.shrink(s_hat, point), rho, rtol=1e-9)
+    assert G.contains(s_hat, point - s_hat, 0.99 * rho) and not G.contains(s_hat, point - s_hat, 1.01 * rho)
+    assert G.shrink(s_hat, s_hat) == pytest.approx(1.0, rel=1e-12)
+    # relative to the start's own margin: from a start at 1/2, the same point is a shrink of 2ρ
+    half = s_hat - 0.5 * shrink_step(name, model, s_hat)
+    np.testing.assert_allclose(G.shrink(half, point), 2.0 * rho, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -66,7 +66,7 @@ def test_exact_em_shrinks_a_whitened_variance_thousandfold_in_one_round(portal):
         start = run.state.s_hat.copy()
         geometry = model.geometry(run.theta, start)
         run.step()
-        rho.append(geometry.margins(run.state.s_hat).min() / min(1.0, geometry.margins(start).min()))
+        rho.append(geometry.shrink(start, run.state.s_hat))
     assert min(rho) < 1e-3, rho
 
 

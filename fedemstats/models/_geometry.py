@@ -266,11 +266,21 @@ class Geometry:
         Each margin is 1 at the current model's own statistics E_θ[s] and says how far a point
         shrinks what the region protects (a component's weight over its current value, the
         smallest whitened variance, a noise-variance or rate ratio, ...); ``inf`` where nothing
-        is checked. The smallest margin of the next exact EM iterate measures how far a round
-        shrinks the model, which sets how much a quantised round can miss it by
-        (``benchmarks/bench_continuity.py``).
+        is checked (:meth:`shrink` compares two points).
         """
         return self._margins(as_rows(points))
+
+    def shrink(self, s_hat, point) -> float:
+        """The largest trust-region ratio at which ``point`` (q,) is inside the region around
+        ``s_hat`` (q,): min over margins of margin(point) / min(1, margin(s_hat)), the bound
+        :meth:`contains` checks (``inf`` when no margin is checked or bounded).
+
+        Of exact EM's next iterate it is bench_continuity's ρ: ρ = 1e-4 means the round takes a
+        weight or a whitened variance to 1e-4 of its value.
+        """
+        before = np.clip(self.margins(s_hat)[0], 0.0, 1.0)
+        after = self.margins(point)[0]
+        return float(np.min(np.where(before > 0.0, after / np.where(before > 0.0, before, 1.0), np.inf)))
 
     def _inside(self, points, floor) -> np.ndarray:
         """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
