@@ -18,7 +18,8 @@ from _geometry_cases import (CASES, PACKABLE, canonical, expected_parts, plain_m
 from fedemstats.compression import RandomDithering
 from fedemstats.federation import Federation
 from fedemstats.models import GaussianMixtureModel, GMMParams, Model
-from fedemstats.models._geometry import TRUST_RATIO, IdentityGeometry, split_blocks
+from fedemstats.models._geometry import TRUST_RATIO, IdentityGeometry
+from fedemstats.models._geometry_blocks import split_blocks
 from fedemstats.models.gaussian_missing import GaussianParams
 
 N_SE = 4.0       # Monte Carlo tolerance in standard errors

@@ -1,4 +1,4 @@
-"""Quantisation blocks in a model's geometry (``fedemstats.models._geometry.split_blocks``).
+"""Quantisation blocks in a model's geometry (``fedemstats.models._geometry_blocks.split_blocks``).
 
 A layout block is cut into the chunks a model asks for (a mixture: one per component), but no
 chunk shorter than ``MIN_BLOCK_SIZE`` coordinates where a statistic can avoid it: a block norm
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fedemstats.layout import StatLayout
 from fedemstats.models import FactorAnalysisModel, GaussianMissingModel, GaussianMixtureModel
-from fedemstats.models._geometry import MERGE_FACTOR, split_blocks
+from fedemstats.models._geometry_blocks import MERGE_FACTOR, split_blocks
 
 PROFILE = profile("geometry-blocks", 200, 2000)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import (MAX_CONDITION, Geometry, build_geometry, log_fallback, min_eigenvalue,
-                        split_blocks, whitening_factors)
+from ._geometry import MAX_CONDITION, Geometry, build_geometry, log_fallback, min_eigenvalue, whitening_factors
+from ._geometry_blocks import split_blocks
 
 __all__ = ["FactorGeometry", "factor_geometry"]
 

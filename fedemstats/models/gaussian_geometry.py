@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import Geometry, build_geometry, split_blocks, whitening_factors
+from ._geometry import Geometry, build_geometry, whitening_factors
+from ._geometry_blocks import split_blocks
 from .gmm_geometry import MomentWhitening
 
 __all__ = ["GaussianGeometry", "gaussian_geometry"]

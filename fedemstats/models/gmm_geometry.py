@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._geometry import (MIN_WEIGHT, Geometry, as_rows, build_geometry, log_fallback,
-                        min_eigenvalue, split_blocks, whitening_factors)
+                        min_eigenvalue, whitening_factors)
+from ._geometry_blocks import split_blocks
 from ._mixture import RESP_FLOOR, mass_gain_weights
 from ._whiten_kernels import MAX_PACKED_FEATURES, PackedWhitening
 from .gmm_params import covariance_matrices

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback, split_blocks
+from ._geometry import MIN_WEIGHT, TRUST_RATIO, Geometry, build_geometry, log_fallback
+from ._geometry_blocks import split_blocks
 from ._mixture import RESP_FLOOR, mass_gain_weights
 
 __all__ = ["PoissonGeometry", "poisson_geometry", "PROJECTION_SLACK", "SCALE_FLOOR_FRACTION"]
