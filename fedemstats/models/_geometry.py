@@ -209,9 +209,9 @@ class Geometry:
         Of exact EM's next iterate it is bench_continuity's ρ: ρ = 1e-4 means the round takes a
         weight or a whitened variance to 1e-4 of its value.
         """
-        before = np.clip(self.margins(s_hat)[0], 0.0, 1.0)
+        before = self._floor(np.asarray(s_hat, dtype=np.float64), 1.0)
         after = self.margins(point)[0]
-        return float(np.min(np.where(before > 0.0, after / np.where(before > 0.0, before, 1.0), np.inf)))
+        return float(np.min(np.divide(after, before, out=np.full_like(after, np.inf), where=before > 0.0)))
 
     def _inside(self, points, floor) -> np.ndarray:
         """Whether each row of ``points`` (n, q), finite, keeps every margin >= ``floor`` (m,); (n,) bool."""
